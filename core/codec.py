@@ -1,0 +1,269 @@
+"""CommitLog record codec, byte for byte as Apache RocketMQ 5.x (DESIGN.md section 3).
+
+`prepare_record` validates a message and builds everything that does not depend on where
+it lands; `write_record` then packs it straight into a mapped segment with the queue offset,
+physical offset and store timestamp. `decode_message` reads a record back, and
+`check_record` is the recovery/dispatch parser that tells a valid record from a blank, a
+torn or a corrupt one.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from core.hashing import tags_code
+from core.message import (
+    PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
+    MessageExt, bytes_to_host, host_to_bytes, properties_to_string, string_to_properties,
+)
+from core.status import PutMessageStatus
+
+MAGIC_V1 = -626843481          # 0xDAA320A7
+MAGIC_V2 = -626843477          # 0xDAA320AB
+MAGIC_BLANK = -875286124       # 0xCBD43194
+BLANK_SIZE = 8                 # END_FILE_MIN_BLANK_LENGTH
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this much
+QUEUE_OFFSET_POS = 20
+PHYS_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_HOST_POS = 48
+
+_BLANK = struct.Struct(">ii")
+_HEAD = struct.Struct(">iii")            # TOTALSIZE, MAGIC, BODYCRC
+_SYSFLAG = struct.Struct(">i")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+
+
+def _header_struct(born_len: int, store_len: int) -> struct.Struct:
+    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST
+    # STORETS STOREHOST RECONSUME PREPARED BODYLEN
+    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
+
+
+_HEADERS = {(b, s): _header_struct(b, s) for b in (8, 20) for s in (8, 20)}
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, born_v6=False, store_v6=False,
+                topic_len_bytes: int = 1) -> int:
+    """TOTALSIZE: 91 + body + topic + properties for IPv4 hosts, +12 per IPv6 host."""
+    return (90 + topic_len_bytes + body_len + topic_len + props_len
+            + (12 if born_v6 else 0) + (12 if store_v6 else 0))
+
+
+@dataclass(slots=True)
+class PreparedRecord:
+    """A validated message, encoded except for its position-dependent fields."""
+    size: int
+    header: struct.Struct
+    crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int
+    prepared_offset: int
+    body: bytes
+    tail: bytes          # TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES
+    topic: str
+    tags_code: int
+    keys: str
+    uniq_key: str
+
+
+def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None):
+    """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it."""
+    body = msg.body
+    if not isinstance(body, (bytes, bytearray, memoryview)) or not isinstance(msg.topic, str):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    topic_b = msg.topic.encode("utf-8")
+    if not topic_b or len(topic_b) > MAX_TOPIC_BYTES or len(body) > max_message_size:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if not 0 <= msg.queue_id < (1 << 31):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    props = msg.all_properties()
+    props_s = properties_to_string(props)
+    props_b = props_s.encode("utf-8")
+    if len(props_b) > MAX_PROPERTIES_BYTES:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    if len(props) * 2 != props_s.count("\x01") + props_s.count("\x02"):
+        return PutMessageStatus.MESSAGE_ILLEGAL          # a separator inside a name or value
+    try:
+        born, born_v6 = host_to_bytes(msg.born_host)
+        store, store_v6 = (store_host_bytes, len(store_host_bytes) == 20) if store_host_bytes \
+            else host_to_bytes(msg.store_host)
+    except (ValueError, TypeError, IndexError, struct.error):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    sys_flag |= (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+    size = record_size(len(body), len(topic_b), len(props_b), born_v6, store_v6)
+    if size > max_message_size + TOTAL_SIZE_SLACK:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    tail = bytes((len(topic_b),)) + topic_b + _I16.pack(len(props_b)) + props_b
+    return PreparedRecord(
+        size, _HEADERS[len(born), len(store)], zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
+        msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
+        msg.prepared_transaction_offset, bytes(body), tail, msg.topic,
+        tags_code(props.get(PROPERTY_TAGS)), props.get(PROPERTY_KEYS, ""),
+        props.get(PROPERTY_UNIQ_KEY, ""))
+
+
+def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
+                 store_timestamp: int) -> int:
+    """Pack `rec` into `buf` at `pos`; return the position after it."""
+    body = rec.body
+    rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
+                         queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
+                         rec.born_host, store_timestamp, rec.store_host, rec.reconsume_times,
+                         rec.prepared_offset, len(body))
+    p = pos + rec.header.size
+    end = p + len(body)
+    buf[p:end] = body
+    tail_end = end + len(rec.tail)
+    buf[end:tail_end] = rec.tail
+    return tail_end
+
+
+def write_blank(buf, pos: int, length: int) -> None:
+    """The end-of-file filler: TOTALSIZE = bytes left, MAGIC = blank."""
+    _BLANK.pack_into(buf, pos, length, MAGIC_BLANK)
+
+
+def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_message_size=1 << 62):
+    """One record as bytes (tests, tools). Raises ValueError for a message the store would refuse."""
+    rec = prepare_record(msg, max_message_size)
+    if isinstance(rec, PutMessageStatus):
+        raise ValueError(f"message refused: {rec.name}")
+    buf = bytearray(rec.size)
+    write_record(buf, 0, rec, queue_offset, phys_offset, store_timestamp)
+    return bytes(buf)
+
+
+def host_lengths(sys_flag: int) -> tuple[int, int]:
+    return (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8), (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return BORN_HOST_POS + host_lengths(sys_flag)[0]
+
+
+def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
+    """Decode the record at `pos` into a MessageExt. Raises ValueError if it is not a valid record."""
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise ValueError(f"no message at {pos}: magic {magic & 0xFFFFFFFF:#x}")
+    sys_flag = _SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    born_len, store_len = host_lengths(sys_flag)
+    (total, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born, store_ts, store,
+     reconsume, prepared, body_len) = _HEADERS[born_len, store_len].unpack_from(buf, pos)
+    p = pos + _HEADERS[born_len, store_len].size
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    if magic == MAGIC_V1:
+        topic_len = buf[p]
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8")
+    p += topic_len
+    props_len = _I16.unpack_from(buf, p)[0]
+    p += 2
+    props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len > 0 else {}
+    p += max(props_len, 0)
+    if p - pos != total:
+        raise ValueError(f"record at {pos}: TOTALSIZE {total} but fields add up to {p - pos}")
+    if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
+        raise ValueError(f"record at {pos}: body CRC mismatch")
+    tags = props.pop(PROPERTY_TAGS, None)
+    keys = props.pop(PROPERTY_KEYS, None)
+    return MessageExt(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, tags=tags, keys=keys,
+        properties=props, born_timestamp=born_ts, born_host=bytes_to_host(born),
+        store_host=bytes_to_host(store), sys_flag=sys_flag, reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, queue_offset=queue_offset, commit_log_offset=phys,
+        store_size=total, store_timestamp=store_ts, body_crc=crc,
+        msg_id=(bytes(store) + _I64.pack(phys)).hex().upper())
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the dispatcher needs of one record to build the consume queue and the index."""
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str
+    uniq_key: str
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+class RecordCheck:
+    """Outcomes of `check_record` besides a DispatchRequest."""
+    BLANK = "blank"        # end-of-file filler: continue at the next segment
+    END = "end"            # zeros, a foreign magic or a torn tail: the log ends here
+    CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
+
+
+def check_record(buf, pos: int, limit: int, check_crc: bool):
+    """Parse the record at `pos` (not reading past `limit`).
+
+    Returns (DispatchRequest, size) for a valid record, (RecordCheck.BLANK, size) for a blank,
+    (RecordCheck.END, 0) where no record starts, and (RecordCheck.CORRUPT, size) for a framed
+    record that fails its checks.
+    """
+    if limit - pos < 8:
+        return RecordCheck.END, 0
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return (RecordCheck.BLANK, total) if 8 <= total <= limit - pos else (RecordCheck.END, 0)
+    if magic not in (MAGIC_V1, MAGIC_V2) or total < 91 or total > limit - pos:
+        return RecordCheck.END, 0
+    try:
+        sys_flag = _SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0]
+        born_len, store_len = host_lengths(sys_flag)
+        header = _HEADERS[born_len, store_len]
+        (_, _, crc, queue_id, _, queue_offset, phys, _, _, _, store_ts, _, _, prepared,
+         body_len) = header.unpack_from(buf, pos)
+        p = pos + header.size
+        if body_len < 0 or p + body_len > pos + total:
+            return RecordCheck.CORRUPT, total
+        if check_crc and zlib.crc32(buf[p:p + body_len]) & 0x7FFFFFFF != crc:
+            return RecordCheck.CORRUPT, total
+        p += body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[p]
+            p += 1
+        else:
+            topic_len = _I16.unpack_from(buf, p)[0]
+            p += 2
+        topic = bytes(buf[p:p + topic_len]).decode("utf-8")
+        p += topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len - pos != total:
+            return RecordCheck.CORRUPT, total
+        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
+    except (struct.error, UnicodeDecodeError, IndexError, KeyError):
+        return RecordCheck.CORRUPT, total
+    return DispatchRequest(
+        topic, queue_id, phys, total, tags_code(props.get(PROPERTY_TAGS)), store_ts, queue_offset,
+        props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), sys_flag, prepared), total
+
+
+def read_i32(buf, pos: int) -> int:
+    return _I32.unpack_from(buf, pos)[0]
+
+
+def read_i64(buf, pos: int) -> int:
+    return _I64.unpack_from(buf, pos)[0]

@@ -1,0 +1,202 @@
+"""`CommitLog`: every topic's records appended to one sequence of segments.
+
+Owns the append path (encode straight into the mapped segment or the transient buffer, queue
+offsets from the topic-queue table, blank record and roll at a segment's end, a batch as one
+unit), reads by physical offset, and the written/committed/flushed/confirm positions.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from core.codec import (
+    BLANK_SIZE, PHYS_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
+    store_timestamp_position, write_blank, write_record,
+)
+from core.fileops import FileOps
+from core.mapped_file_queue import MappedFileQueue
+from core.message import (
+    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
+    host_to_bytes,
+)
+from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
+from core.transient_pool import TransientStorePool
+
+_NO_QUEUE_OFFSET = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, config, fileops: FileOps, allocator=None, pool: TransientStorePool | None = None):
+        self.config = config
+        self.file_size = config.mapped_file_size_commitlog
+        self.queue = MappedFileQueue(config.commitlog_dir, self.file_size, fileops, allocator,
+                                     config.max_mapped_files)
+        self.pool = pool
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.put_lock = threading.Lock()
+        self.begin_time_in_lock = 0
+        self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
+        self.max_message_size = config.max_message_size
+        self._writing = None              # the segment being appended to, held mapped
+
+    # -- append --------------------------------------------------------------------------
+    def prepare(self, msg):
+        return prepare_record(msg, self.max_message_size, self.store_host_bytes)
+
+    def append(self, rec: PreparedRecord) -> AppendMessageResult:
+        """Append one prepared record; the caller has validated it."""
+        return self.append_batch([rec])
+
+    def append_batch(self, recs: list[PreparedRecord]) -> AppendMessageResult:
+        """Append records of one topic and queue as one unit, all in one segment."""
+        total = sum(r.size for r in recs)
+        if total + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            store_ts = now_ms()
+            self.begin_time_in_lock = store_ts
+            try:
+                return self._append_locked(recs, total, store_ts)
+            finally:
+                self.begin_time_in_lock = 0
+
+    def _append_locked(self, recs, total, store_ts) -> AppendMessageResult:
+        mf = self._writable_segment()
+        if mf is None:
+            return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+        pos = mf.wrote_position
+        if total + BLANK_SIZE > self.file_size - pos:
+            target = mf.write_buffer if mf.write_buffer is not None else mf.buf
+            write_blank(target, pos, self.file_size - pos)
+            mf.wrote_position = self.file_size
+            mf = self._writable_segment()
+            if mf is None:
+                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+            pos = 0
+        target = mf.write_buffer if mf.write_buffer is not None else mf.buf
+        first = recs[0]
+        key = (first.topic, first.queue_id)
+        table = self.topic_queue_table
+        qoff = table.get(key, 0)
+        base = mf.file_from_offset
+        wrote_offset = base + pos
+        counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+        ids = []
+        host = self.store_host_bytes
+        q = qoff
+        for rec in recs:
+            phys = base + pos
+            pos = write_record(target, pos, rec, q if counted else 0, phys, store_ts)
+            ids.append((host + phys.to_bytes(8, "big", signed=True)).hex().upper())
+            if counted:
+                q += 1
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        if counted:
+            table[key] = q
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, ",".join(ids),
+                                   store_ts, qoff, len(recs))
+
+    def _writable_segment(self):
+        mf = self._writing
+        if mf is not None and not mf.is_full and mf.available:
+            return mf
+        if mf is not None:
+            mf.release()
+            self._writing = None
+        try:
+            mf = self.queue.get_last_mapped_file(0, create=True)
+        except OSError:
+            return None
+        if mf.write_buffer is None and self.pool is not None and mf.wrote_position == 0:
+            mf.write_buffer = self.pool.borrow()
+        if self.queue.hold(mf) is None:
+            return None
+        self._writing = mf
+        return mf
+
+    def reset_writer(self) -> None:
+        """Forget the held segment (after a truncation or at shutdown)."""
+        with self.put_lock:
+            if self._writing is not None:
+                self._writing.release()
+                self._writing = None
+
+    def is_os_page_cache_busy(self) -> bool:
+        begin = self.begin_time_in_lock
+        diff = now_ms() - begin
+        return begin != 0 and self.config.os_page_cache_busy_timeout_ms < diff < 10_000_000
+
+    # -- positions -----------------------------------------------------------------------
+    def get_min_offset(self) -> int:
+        first = self.queue.get_first_mapped_file()
+        if first is None:
+            return -1
+        if first.available:
+            return first.file_from_offset
+        return first.file_from_offset + self.file_size
+
+    def get_max_offset(self) -> int:
+        return self.queue.get_max_offset()
+
+    def get_confirm_offset(self) -> int:
+        """What readers may see: the flushed position under SYNC_FLUSH, else what is written
+        (committed, with the transient pool)."""
+        if self.config.is_sync_flush:
+            return self.queue.flushed_where
+        return self.queue.get_max_offset()
+
+    # -- flush and commit ----------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.queue.flush(least_pages)
+
+    def commit(self, least_pages: int = 0) -> bool:
+        result = self.queue.commit(least_pages)
+        if self.pool is not None:
+            for mf in self.queue.files:
+                if mf.write_buffer is not None and mf.committed_position == self.file_size:
+                    self.pool.give_back(mf.write_buffer)
+                    mf.write_buffer = None
+        return result
+
+    # -- reads ---------------------------------------------------------------------------
+    def read(self, phys: int, size: int) -> bytes | None:
+        return self.queue.read(phys, size)
+
+    def look_record(self, phys: int) -> bytes | None:
+        """The whole record at `phys`, or None if nothing readable starts there."""
+        head = self.queue.read(phys, 4)
+        if head is None:
+            return None
+        size = read_i32(head, 0)
+        return self.queue.read(phys, size) if size > 0 else None
+
+    def pickup_store_timestamp(self, phys: int, size: int) -> int:
+        if phys < self.get_min_offset():
+            return -1
+        rec = self.queue.read(phys, size)
+        if rec is None or len(rec) < 60:
+            return -1
+        sys_flag = read_i32(rec, 36)
+        return read_i64(rec, store_timestamp_position(sys_flag))
+
+    def record_phys_offset(self, rec: bytes) -> int:
+        return read_i64(rec, PHYS_OFFSET_POS)
+
+    def shutdown(self) -> None:
+        self.reset_writer()
+        self.queue.shutdown()
+
+
+def append_status_to_put(status: AppendMessageStatus) -> PutMessageStatus:
+    if status is AppendMessageStatus.PUT_OK:
+        return PutMessageStatus.PUT_OK
+    if status in (AppendMessageStatus.MESSAGE_SIZE_EXCEEDED, AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if status is AppendMessageStatus.UNKNOWN_ERROR:
+        return PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    return PutMessageStatus.UNKNOWN_ERROR

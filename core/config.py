@@ -1,0 +1,410 @@
+"""Store configuration: the frozen `StoreConfig`, where it comes from, and the format check.
+
+`StoreConfig` carries RocketMQ's MessageStoreConfig keys in snake_case with RocketMQ's
+defaults (reference section 12), plus a few of ours (`store_host`, `max_mapped_files`,
+`listen_port`). Every instance is validated when it is built; a bad value raises
+`ConfigError` naming the key, the value and what is allowed.
+
+Sources, later ones winning (`StoreConfig.from_sources`): the defaults, a TOML file (keys at
+the top level or under `[store]`), `MQSTORE_<KEY>` environment variables, explicit overrides
+(an override of None counts as not given, so a CLI can pass its unset options straight
+through). Every `MQSTORE_*` variable must name a field: the prefix belongs to this module.
+
+Decisions beyond RocketMQ:
+- Where RocketMQ clamps a value (disk ratios) or rounds it (consume-queue file size up to a
+  multiple of 20), we reject it instead: a silent correction hides a typo.
+- `store_path_root_dir` accepts a path-like object, expands `~` and is made absolute, so
+  that every process of a store resolves the same directory.
+- `flush_disk_type` and `broker_role` are accepted in any letter case and kept upper-case.
+- `delete_when` takes one or more two-digit hours separated by `;` ("04", "04;16").
+- `use_transient_store_pool` is RocketMQ 4.x's effective switch: the pool is used only by
+  an ASYNC_FLUSH master.
+
+Format parameters (`FORMAT_KEYS`) decide the byte layout of files already on disk.
+`check_store_format` records them in `config/store_format.json` when a store is created and
+refuses to open the store later with different values.
+"""
+import dataclasses
+import difflib
+import ipaddress
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+
+JAVA_INT_MAX = 2**31 - 1
+CQ_STORE_UNIT_SIZE = 20
+INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE = 40, 4, 20
+ENV_PREFIX = "MQSTORE_"
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+               "max_hash_slot_num", "max_index_num")
+STORE_FORMAT_FILE = "store_format.json"
+STORE_FORMAT_VERSION = 1
+_TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
+_DELETE_WHEN = re.compile(r"^([01][0-9]|2[0-3])(;([01][0-9]|2[0-3]))*$")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names the key."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+class StoreFormatError(ConfigError):
+    """The store on disk was created with different format parameters than configured now."""
+
+
+# Integer keys must be at least 1 (loop intervals: 0 would spin; sizes and counts: 0 is
+# meaningless) unless listed here. "Least pages", thorough intervals and pauses may be 0.
+_ZERO_ALLOWED = (
+    "flush_commitlog_least_pages", "flush_commitlog_thorough_interval",
+    "commit_commitlog_least_pages", "commit_commitlog_thorough_interval",
+    "flush_consume_queue_least_pages", "flush_consume_queue_thorough_interval",
+    "delete_commit_log_files_interval", "delete_consume_queue_files_interval",
+    "destroy_mapped_file_interval_forcibly")
+_INT_BOUNDS = {  # key: (lowest, highest or None)
+    "mapped_file_size_commitlog": (4096, JAVA_INT_MAX),
+    "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, JAVA_INT_MAX),
+    "max_message_size": (1, JAVA_INT_MAX),
+    "max_hash_slot_num": (1, JAVA_INT_MAX),
+    "max_index_num": (2, JAVA_INT_MAX),          # entry 0 is never used
+    "access_message_in_memory_max_ratio": (0, 100),
+    "disk_max_used_space_ratio": (10, 95),       # RocketMQ's clamps, reference 11.2
+    "disk_space_warning_level_ratio": (35, 90),
+    "disk_space_clean_forcibly_ratio": (30, 85),
+    "max_mapped_files": (4, None),
+    "ha_listen_port": (0, 65535),                # 0: any free port
+    "listen_port": (0, 65535),
+}
+
+
+def _under_root(*names: str) -> property:
+    """A read-only property: the path `names` under the store root."""
+    return property(lambda self: os.path.join(self.store_path_root_dir, *names),
+                    doc=f"<store_path_root_dir>/{'/'.join(names)}")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """RocketMQ's MessageStoreConfig (snake_case, same defaults) plus mqstore's own keys."""
+
+    store_path_root_dir: str = os.path.expanduser("~/store")
+    mapped_file_size_commitlog: int = 1073741824
+    mapped_file_size_consume_queue: int = 6000000
+    flush_disk_type: str = "ASYNC_FLUSH"
+    broker_role: str = "ASYNC_MASTER"
+    flush_interval_commitlog: int = 500
+    flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval: int = 10000
+    flush_commitlog_timed: bool = True
+    commit_interval_commitlog: int = 200
+    commit_commitlog_least_pages: int = 4
+    commit_commitlog_thorough_interval: int = 200
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60000
+    sync_flush_timeout: int = 5000
+    slave_timeout: int = 3000
+    max_message_size: int = 4194304
+    check_crc_on_recover: bool = True
+    transient_store_pool_enable: bool = False
+    transient_store_pool_size: int = 5
+    fast_fail_if_no_buffer_in_store_pool: bool = False
+    warm_mapped_file_enable: bool = False
+    flush_least_pages_when_warm_mapped_file: int = 4096
+    os_page_cache_busy_timeout_ms: int = 1000
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_hash_slot_num: int = 5000000
+    max_index_num: int = 20000000
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 262144
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 65536
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    max_filter_message_size: int = 16000
+    offset_check_in_slave: bool = False
+    ha_listen_port: int = 10912
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20000
+    ha_transfer_batch_size: int = 32768
+    ha_max_gap_not_in_sync: int = 268435456
+    in_sync_replicas: int = 1
+    clean_resource_interval: int = 10000
+    delete_when: str = "04"
+    file_reserved_time: int = 72
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    delete_commit_log_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_mapped_file_interval_forcibly: int = 120000
+    redelete_hanged_file_interval: int = 120000
+    delete_file_batch_max: int = 10
+    clean_file_forcibly_enable: bool = True
+    default_topic_queue_nums: int = 4
+    store_host: str = "127.0.0.1:10911"
+    max_mapped_files: int = 16
+    listen_port: int = 10911
+
+    def __post_init__(self):
+        root = self.store_path_root_dir
+        if isinstance(root, os.PathLike):
+            object.__setattr__(self, "store_path_root_dir", root := os.fspath(root))
+        for key, tp in _FIELD_TYPES.items():
+            _check_type(key, getattr(self, key), tp)
+        if not root:
+            raise ConfigError("store_path_root_dir = '': must name a directory",
+                              "store_path_root_dir")
+        object.__setattr__(self, "store_path_root_dir", os.path.abspath(os.path.expanduser(root)))
+        for key in ("flush_disk_type", "broker_role"):
+            object.__setattr__(self, key, getattr(self, key).upper())
+        self._validate()
+
+    def _validate(self) -> None:
+        for key, tp in _FIELD_TYPES.items():
+            if tp is not int:
+                continue
+            lo, hi = _INT_BOUNDS.get(key, (0 if key in _ZERO_ALLOWED else 1, None))
+            value = getattr(self, key)
+            if value < lo or (hi is not None and value > hi):
+                allowed = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+                raise ConfigError(f"{key} = {value!r}: must be an int {allowed}", key)
+        _check_choice("flush_disk_type", self.flush_disk_type, FLUSH_DISK_TYPES)
+        _check_choice("broker_role", self.broker_role, BROKER_ROLES)
+        if self.mapped_file_size_consume_queue % CQ_STORE_UNIT_SIZE:
+            raise ConfigError(
+                f"mapped_file_size_consume_queue = {self.mapped_file_size_consume_queue!r}: "
+                f"must be a multiple of {CQ_STORE_UNIT_SIZE} (the consume-queue entry size)",
+                "mapped_file_size_consume_queue")
+        if self.index_file_size > JAVA_INT_MAX:
+            raise ConfigError(
+                f"max_hash_slot_num = {self.max_hash_slot_num!r}, max_index_num = "
+                f"{self.max_index_num!r}: an index file of 40 + 4 * slots + 20 * entries "
+                f"= {self.index_file_size} bytes must not exceed {JAVA_INT_MAX}", "max_index_num")
+        if not _DELETE_WHEN.match(self.delete_when):
+            raise ConfigError(f"delete_when = {self.delete_when!r}: must be two-digit hours "
+                              "00-23 separated by ';', e.g. '04' or '04;16'", "delete_when")
+        _parse_host_port("store_host", self.store_host, ip_literal=True)
+        if self.ha_master_address:
+            _parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
+
+    # ---------------------------------------------------------------- paths (DESIGN.md 2)
+    commitlog_dir = _under_root("commitlog")
+    consumequeue_dir = _under_root("consumequeue")
+    index_dir = _under_root("index")
+    checkpoint_path = _under_root("checkpoint")
+    abort_path = _under_root("abort")
+    lock_path = _under_root("lock")
+    config_dir = _under_root("config")
+    store_format_path = _under_root("config", STORE_FORMAT_FILE)
+    run_dir = _under_root("run")
+    logs_dir = _under_root("logs")
+
+    # ---------------------------------------------------------------- derived values
+    @property
+    def is_sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    @property
+    def is_sync_master(self) -> bool:
+        return self.broker_role == "SYNC_MASTER"
+
+    @property
+    def use_transient_store_pool(self) -> bool:
+        """The pool is in effect only for an ASYNC_FLUSH master (RocketMQ 4.x's rule)."""
+        return self.transient_store_pool_enable and not self.is_sync_flush and not self.is_slave
+
+    @property
+    def store_host_tuple(self) -> tuple[str, int]:
+        """(address, port) of `store_host`, the form `core.message.host_to_bytes` takes."""
+        return _parse_host_port("store_host", self.store_host, ip_literal=True)
+
+    @property
+    def ha_master_tuple(self) -> tuple[str, int] | None:
+        """(host, port) of `ha_master_address`, None when it is empty."""
+        return _parse_host_port("ha_master_address", self.ha_master_address,
+                                ip_literal=False) if self.ha_master_address else None
+
+    @property
+    def delete_when_hours(self) -> tuple[int, ...]:
+        return tuple(int(h) for h in self.delete_when.split(";"))
+
+    @property
+    def index_file_size(self) -> int:
+        return (INDEX_HEADER_SIZE + INDEX_SLOT_SIZE * self.max_hash_slot_num
+                + INDEX_ENTRY_SIZE * self.max_index_num)
+
+    # ---------------------------------------------------------------- building
+    def replace(self, **changes) -> "StoreConfig":
+        """A validated copy with `changes` applied."""
+        for key in changes:
+            _check_known(key, "replace()")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_sources(cls, toml_path=None, env=os.environ, **overrides) -> "StoreConfig":
+        """Defaults, then the TOML file, then `MQSTORE_<KEY>` variables, then `overrides`."""
+        values: dict = {}
+        origin: dict = {}
+        if toml_path is not None:
+            path = os.fspath(toml_path)
+            for key, value in _read_toml(path).items():
+                _check_known(key, f"config file {path}")
+                values[key], origin[key] = value, f"config file {path}"
+        for name, text in env.items():
+            if name.startswith(ENV_PREFIX):
+                key = name[len(ENV_PREFIX):].lower()
+                _check_known(key, f"environment variable {name}")
+                values[key] = _from_env_text(key, name, text)
+                origin[key] = f"environment variable {name}"
+        for key, value in overrides.items():
+            if value is not None:
+                _check_known(key, "overrides")
+                values[key], origin[key] = value, "overrides"
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            where = origin.get(exc.key)
+            if where is None:
+                raise
+            raise ConfigError(f"{exc} (set in {where})", exc.key) from None
+
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(StoreConfig)}
+
+
+def _type_name(tp) -> str:
+    return {int: "an int", bool: "a bool (true or false)", str: "a string"}[tp]
+
+
+def _check_type(key: str, value, tp) -> None:
+    if tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, tp)
+    if not ok:
+        raise ConfigError(f"{key} = {value!r}: must be {_type_name(tp)}, "
+                          f"not {type(value).__name__}", key)
+
+
+def _check_choice(key: str, value: str, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key} = {value!r}: must be one of {', '.join(choices)}", key)
+
+
+def _check_known(key: str, where: str) -> None:
+    if key in _FIELD_TYPES:
+        return
+    squashed = {name.replace("_", ""): name for name in _FIELD_TYPES}
+    guess = squashed.get(key.replace("_", "").lower())
+    if guess is None:
+        close = difflib.get_close_matches(key.lower(), list(_FIELD_TYPES), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    hint = f"; did you mean {guess!r}?" if guess else ""
+    raise ConfigError(f"unknown configuration key {key!r} in {where}{hint}", key)
+
+
+def _parse_host_port(key: str, text: str, ip_literal: bool) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    allowed = ("an IP address and port, e.g. '127.0.0.1:10911' or '[::1]:10911'" if ip_literal
+               else "host:port, e.g. '10.0.0.2:10912'")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{key} = {text!r}: must be {allowed}", key)
+    if ip_literal:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(f"{key} = {text!r}: must be {allowed}", key) from None
+    return host, int(port_text)
+
+
+def _from_env_text(key: str, name: str, text: str):
+    tp = _FIELD_TYPES[key]
+    if tp is str:
+        return text
+    word = text.strip().lower()
+    if tp is bool:
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+        raise ConfigError(f"{key} = {text!r} (environment variable {name}): must be one of "
+                          f"{', '.join(_TRUE_WORDS + _FALSE_WORDS)}", key)
+    try:
+        return int(word)
+    except ValueError:
+        raise ConfigError(f"{key} = {text!r} (environment variable {name}): must be an int",
+                          key) from None
+
+
+def _read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    values = {k: v for k, v in data.items() if k != "store"}
+    section = data.get("store", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: 'store' must be a table ([store]), "
+                          f"not {type(section).__name__}", "store")
+    for key, value in section.items():
+        if key in values:
+            raise ConfigError(f"config file {path}: key {key!r} is set both at the top level "
+                              "and under [store]", key)
+        values[key] = value
+    return values
+
+
+def check_store_format(config: StoreConfig, fileops) -> dict:
+    """Record the format parameters at creation; refuse a store created with other values.
+
+    Returns the recorded parameters. Raises `StoreFormatError` on a mismatch, on a format file
+    that cannot be parsed, and on one written by a newer format version.
+    """
+    path = config.store_format_path
+    current = {key: getattr(config, key) for key in FORMAT_KEYS}
+    if not os.path.exists(path):
+        fileops.make_dirs(config.config_dir)
+        record = {"version": STORE_FORMAT_VERSION, **current}
+        fileops.write_file_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
+        return current
+    try:
+        record = json.loads(fileops.read_file(path))
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise StoreFormatError(f"store format file {path} cannot be read ({exc}); restore it or "
+                               "recreate it with the values the store was created with") from None
+    if not isinstance(version := record.get("version"), int) or version > STORE_FORMAT_VERSION:
+        raise StoreFormatError(f"store format file {path} has version {version!r}; this mqstore "
+                               f"reads version {STORE_FORMAT_VERSION} and older", "version")
+    for key in FORMAT_KEYS:
+        created = record.get(key)
+        if created != current[key]:
+            raise StoreFormatError(
+                f"{key}: the store at {config.store_path_root_dir} was created with {created!r} "
+                f"and is configured now with {current[key]!r}; this parameter fixes the layout "
+                f"of files already written, so the store must be opened with {key} = {created!r} "
+                f"(recorded in {path})", key)
+    return {key: record[key] for key in FORMAT_KEYS}

@@ -1,0 +1,213 @@
+"""`ConsumeQueue`: the 20-byte entries (CommitLog offset 8, record size 4, tag code 8) of one
+topic and queue; entry i lives at byte i*20 of the queue's segments.
+
+Writes are idempotent: an entry that is already there with the same content is skipped; a
+different one at the same slot truncates the queue there (the dispatcher then rebuilds the
+rest from the CommitLog, in order). Recovery keeps the valid prefix and cuts the rest durably.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+import numpy as np
+
+from core.fileops import FileOps
+from core.mapped_file_queue import MappedFileQueue
+
+UNIT_SIZE = 20
+BLANK_SIZE = 0x7FFFFFFF            # size of a pre-blank filler entry (Integer.MAX_VALUE)
+ENTRY = struct.Struct(">qiq")
+ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, root_dir: str, mapped_file_size: int,
+                 fileops: FileOps, max_mapped: int = 4):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
+        self.units_per_file = mapped_file_size // UNIT_SIZE
+        self.queue = MappedFileQueue(os.path.join(root_dir, topic, str(queue_id)),
+                                     mapped_file_size, fileops, max_mapped=max_mapped)
+        self.max_physic_offset = -1        # end (offset + size) of the newest entry's record
+        self.min_logic_offset = 0          # in bytes
+
+    # -- load and recovery ---------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Keep the valid prefix of the last three segments (offset >= 0 and size > 0), cut the rest."""
+        files = self.queue.files
+        if not files:
+            return
+        start = max(0, len(files) - 3)
+        end = files[start].file_from_offset
+        for mf in files[start:]:
+            entries = self._file_entries(mf, mf.file_size)
+            bad = np.flatnonzero((entries["phys"] < 0) | (entries["size"] <= 0))
+            valid = len(entries) if len(bad) == 0 else int(bad[0])
+            real = entries[:valid][entries["size"][:valid] != BLANK_SIZE]
+            if len(real):
+                self.max_physic_offset = int(real["phys"][-1]) + int(real["size"][-1])
+            end = mf.file_from_offset + valid * UNIT_SIZE
+            if valid < len(entries):
+                break
+        self.queue.truncate_dirty_files(end)
+        self.queue.flushed_where = self.queue.committed_where = end
+        first = self.queue.get_first_mapped_file()
+        if first is not None:
+            self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset)
+
+    def _file_entries(self, mf, upto: int) -> np.ndarray:
+        buf = self.queue.hold(mf)
+        if buf is None:
+            return np.zeros(0, ENTRY_DTYPE)
+        try:
+            return np.frombuffer(bytes(buf[:upto - upto % UNIT_SIZE]), ENTRY_DTYPE)
+        finally:
+            mf.release()
+
+    # -- writing -------------------------------------------------------------------------
+    def put_message_position_info(self, phys: int, size: int, tags_code: int, cq_offset: int) -> bool:
+        """Write entry `cq_offset`; skip it when identical, truncate here when it differs."""
+        expect = cq_offset * UNIT_SIZE
+        max_bytes = self.queue.get_max_offset()
+        entry = ENTRY.pack(phys, size, tags_code)
+        if expect < max_bytes:
+            if expect < self.min_logic_offset:
+                return True                                  # below the queue's start: gone already
+            if self.queue.read(expect, UNIT_SIZE) == entry:
+                return True                                  # repeated dispatch
+            log.warning("consume queue %s-%d: entry %d differs from the CommitLog; truncating there",
+                        self.topic, self.queue_id, cq_offset)
+            self.queue.truncate_dirty_files(expect)
+            max_bytes = expect
+        mf = self.queue.get_last_mapped_file(expect, create=True)
+        if mf.file_from_offset + mf.wrote_position < expect:
+            self._fill_blanks(mf, expect, first=max_bytes == 0)
+        mf = self.queue.get_last_mapped_file(expect, create=True)
+        buf = self.queue.hold(mf)
+        try:
+            pos = mf.wrote_position
+            buf[pos:pos + UNIT_SIZE] = entry
+            mf.wrote_position = mf.committed_position = pos + UNIT_SIZE
+        finally:
+            mf.release()
+        self.max_physic_offset = phys + size
+        return True
+
+    def _fill_blanks(self, mf, expect: int, first: bool) -> None:
+        """Fill up to `expect` with filler entries: the queue starts late (its head expired) or has a gap."""
+        if not first:
+            log.warning("consume queue %s-%d: gap before entry %d; filling",
+                        self.topic, self.queue_id, expect // UNIT_SIZE)
+        while mf.file_from_offset + mf.wrote_position < expect:
+            buf = self.queue.hold(mf)
+            try:
+                lo = mf.wrote_position
+                hi = min(mf.file_size, expect - mf.file_from_offset)
+                blank = ENTRY.pack(0, BLANK_SIZE, 0)
+                buf[lo:hi] = blank * ((hi - lo) // UNIT_SIZE)
+                mf.wrote_position = mf.committed_position = hi
+            finally:
+                mf.release()
+            if first:
+                self.min_logic_offset = expect
+            mf = self.queue.get_last_mapped_file(expect, create=True)
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.queue.flush(least_pages)
+
+    # -- reading -------------------------------------------------------------------------
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // UNIT_SIZE
+
+    def get_max_offset_in_queue(self) -> int:
+        return self.queue.get_max_offset() // UNIT_SIZE
+
+    def get_entries(self, index: int, max_count: int) -> bytes | None:
+        """Raw entries from `index` up to the end of its segment (at most max_count); None if gone."""
+        offset = index * UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mf = self.queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        n = min(max_count * UNIT_SIZE, mf.read_position - pos)
+        if n <= 0:
+            return None
+        return self.queue.read(offset, n - n % UNIT_SIZE)
+
+    def get_entry(self, index: int) -> tuple[int, int, int] | None:
+        raw = self.get_entries(index, 1)
+        return ENTRY.unpack(raw) if raw else None
+
+    def roll_next_file(self, index: int) -> int:
+        return index + self.units_per_file - index % self.units_per_file
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        n = self.get_max_offset_in_queue()
+        return self.get_entry(n - 1) if n > self.get_min_offset_in_queue() else None
+
+    def get_offset_in_queue_by_time(self, timestamp: int, store_time_of) -> int:
+        """The first entry stored at or after `timestamp` (RocketMQ's LOWER boundary): the min
+        offset when every entry is later, the max offset when every entry is earlier.
+        `store_time_of(phys, size)` reads a record's store timestamp (-1 when unreadable)."""
+        low, high = self.get_min_offset_in_queue(), self.get_max_offset_in_queue()
+        while low < high:
+            mid = (low + high) // 2
+            entry = self.get_entry(mid)
+            ts = store_time_of(entry[0], entry[1]) if entry and entry[1] != BLANK_SIZE else -1
+            if ts < timestamp:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    # -- truncation and expiry -----------------------------------------------------------
+    def truncate_dirty_logic_files(self, phys_offset: int) -> None:
+        """Drop every entry whose record starts at or past `phys_offset`."""
+        cut = None
+        for mf in reversed(self.queue.files):
+            entries = self._file_entries(mf, mf.wrote_position)
+            real = entries["size"] != BLANK_SIZE
+            beyond = np.flatnonzero(real & (entries["phys"] >= phys_offset))
+            if len(beyond) == 0:
+                break
+            cut = mf.file_from_offset + int(beyond[0]) * UNIT_SIZE
+            if beyond[0] != np.flatnonzero(real)[0]:
+                break                                      # this segment keeps some entries
+        if cut is not None:
+            self.queue.truncate_dirty_files(cut)
+        last = self.last_entry()
+        self.max_physic_offset = last[0] + last[1] if last and last[1] != BLANK_SIZE else -1
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Move the queue's start to the first entry whose record still exists in the CommitLog."""
+        low, high = self.get_min_offset_in_queue(), self.get_max_offset_in_queue()
+        while low < high:
+            mid = (low + high) // 2
+            entry = self.get_entry(mid)
+            if entry is None or entry[1] == BLANK_SIZE or entry[0] < min_commitlog_offset:
+                low = mid + 1
+            else:
+                high = mid
+        self.min_logic_offset = max(self.min_logic_offset, low * UNIT_SIZE)
+
+    def delete_expired_file(self, min_commitlog_offset: int) -> int:
+        deleted = self.queue.delete_expired_file_by_offset(min_commitlog_offset, UNIT_SIZE)
+        self.correct_min_offset(min_commitlog_offset)
+        return deleted
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+    def shutdown(self) -> None:
+        self.queue.shutdown()

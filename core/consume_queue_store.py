@@ -1,0 +1,90 @@
+"""`ConsumeQueueStore`: every topic's consume queues under `consumequeue/<topic>/<queue_id>/`,
+loaded together, recovered together, flushed together and truncated together.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from core.consume_queue import ConsumeQueue
+from core.fileops import FileOps
+
+
+class ConsumeQueueStore:
+    def __init__(self, root_dir: str, mapped_file_size: int, fileops: FileOps):
+        self.root_dir = root_dir
+        self.mapped_file_size = mapped_file_size
+        self.fileops = fileops
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        self.fileops.make_dirs(self.root_dir)
+        for topic in sorted(os.listdir(self.root_dir)):
+            tdir = os.path.join(self.root_dir, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if qid.isdigit() and os.path.isdir(os.path.join(tdir, qid)):
+                    cq = self._new(topic, int(qid))
+                    cq.load()
+                    self.queues[topic, int(qid)] = cq
+
+    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(topic, queue_id, self.root_dir, self.mapped_file_size, self.fileops)
+
+    def recover(self) -> None:
+        for cq in self.queues.values():
+            cq.recover()
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self.queues.get((topic, queue_id))
+                if cq is None:
+                    cq = self._new(topic, queue_id)
+                    self.queues[topic, queue_id] = cq
+        return cq
+
+    def put(self, req) -> None:
+        self.find_or_create(req.topic, req.queue_id).put_message_position_info(
+            req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset)
+
+    def max_physic_offset(self) -> int:
+        """The end of the newest record any queue points at (-1 when none)."""
+        return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
+
+    def flush(self, least_pages: int = 0) -> None:
+        for cq in list(self.queues.values()):
+            while not cq.flush(least_pages):
+                if least_pages:
+                    break
+
+    def truncate_dirty(self, phys_offset: int) -> None:
+        """Drop entries of every queue that point at records ending past `phys_offset`."""
+        for cq in self.queues.values():
+            if cq.max_physic_offset > phys_offset:
+                cq.truncate_dirty_logic_files(phys_offset)
+
+    def topic_queue_table(self) -> dict[tuple[str, int], int]:
+        return {key: cq.get_max_offset_in_queue() for key, cq in self.queues.items()}
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        for cq in self.queues.values():
+            cq.correct_min_offset(min_commitlog_offset)
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        return sum(cq.delete_expired_file(min_commitlog_offset) for cq in list(self.queues.values()))
+
+    def destroy(self) -> None:
+        for cq in self.queues.values():
+            cq.destroy()
+        self.queues.clear()
+
+    def shutdown(self) -> None:
+        for cq in self.queues.values():
+            cq.shutdown()

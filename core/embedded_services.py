@@ -1,0 +1,265 @@
+"""The background work of the embedded store as threads of one process, each the same
+ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drain at stop.
+
+- `FlushService`: ASYNC_FLUSH on an interval with least-pages and thorough rules, or
+  SYNC_FLUSH group commit (one fsync answers every waiter below it).
+- `CommitService`: copies transient-pool buffers into the files.
+- `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
+  queues and index, and writes the checkpoint.
+- `AllocateService`: keeps the next segment created ahead of the appender.
+The separate-process services (services/) wrap the same `core` classes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread(threading.Thread):
+    interval_ms = 10
+
+    def __init__(self, name: str):
+        super().__init__(name=name, daemon=True)
+        self.stopped = False
+        self._wakeup = threading.Event()
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        self._wakeup.wait(interval_ms / 1000)
+        self._wakeup.clear()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped:
+                self.wait_for_running(self.interval_ms)
+                self.run_once()
+            self.drain()
+        except Exception:
+            log.exception("%s stopped by an error", self.name)
+            self.on_crash()
+
+    def run_once(self) -> None:
+        """One unit of work; each service defines its own."""
+
+    def drain(self) -> None:
+        """Final work at stop."""
+
+    def on_crash(self) -> None:
+        """Called when run_once raised: mark the store so it stops taking writes."""
+
+    def stop(self, join: bool = True) -> None:
+        self.stopped = True
+        self.wakeup()
+        if join and self.is_alive():
+            self.join()
+
+
+class FlushService(ServiceThread):
+    def __init__(self, store):
+        super().__init__("flush-commitlog")
+        self.store = store
+        self.cfg = store.config
+        self.commitlog = store.commitlog
+        self.sync = self.cfg.is_sync_flush
+        self.interval_ms = 10 if self.sync else self.cfg.flush_interval_commitlog
+        self.cv = threading.Condition()
+        self.requested = 0
+        self.failed = False
+        self._last_thorough = time.monotonic()
+
+    # -- put side ------------------------------------------------------------------------
+    def wait_flushed(self, next_offset: int, timeout_ms: int) -> bool:
+        """Group commit: block until the flushed position passes `next_offset`."""
+        queue = self.commitlog.queue
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self.cv:
+            if next_offset > self.requested:
+                self.requested = next_offset
+                self.wakeup()
+            while queue.flushed_where < next_offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.failed:
+                    return False
+                self.cv.wait(remaining)
+        return True
+
+    # -- loop ----------------------------------------------------------------------------
+    def run_once(self) -> None:
+        queue = self.commitlog.queue
+        if self.sync:
+            target = max(self.requested, self.commitlog.get_max_offset())
+            self._flush_until(target)
+        else:
+            least = self.cfg.flush_commitlog_least_pages
+            now = time.monotonic()
+            if now - self._last_thorough >= self.cfg.flush_commitlog_thorough_interval / 1000:
+                least = 0
+                self._last_thorough = now
+            for _ in range(len(queue.files) + 1):
+                if self._flush(least):
+                    break
+        self._publish()
+
+    def _flush_until(self, target: int) -> None:
+        queue = self.commitlog.queue
+        while queue.flushed_where < target:
+            if self._flush(0):
+                break
+
+    def _flush(self, least_pages: int) -> bool:
+        try:
+            return self.commitlog.flush(least_pages)
+        except OSError as e:
+            self._fail(e)
+            return True
+
+    def _fail(self, error: OSError) -> None:
+        """A failed flush is never retried: stop, refuse writes, wake every waiter."""
+        log.error("flush failed, store is no longer writable: %s", error)
+        self.store.flags.set(FLUSH_FAILED | NOT_WRITEABLE)
+        self.failed = True
+        self.stopped = True
+        with self.cv:
+            self.cv.notify_all()
+
+    def _publish(self) -> None:
+        queue = self.commitlog.queue
+        ckpt = self.store.checkpoint
+        if queue.store_timestamp:
+            ckpt.physic_msg_timestamp = queue.store_timestamp
+        ckpt.flushed_phy_offset = queue.flushed_where
+        with self.cv:
+            self.cv.notify_all()
+
+    def drain(self) -> None:
+        if not self.failed:
+            self._flush_until(self.commitlog.get_max_offset())
+            self._publish()
+
+    def on_crash(self) -> None:
+        self._fail(OSError("flush service crashed"))
+
+
+class CommitService(ServiceThread):
+    def __init__(self, store):
+        super().__init__("commit-commitlog")
+        self.store = store
+        self.cfg = store.config
+        self.interval_ms = self.cfg.commit_interval_commitlog
+        self._last_thorough = time.monotonic()
+
+    def run_once(self) -> None:
+        least = self.cfg.commit_commitlog_least_pages
+        now = time.monotonic()
+        if now - self._last_thorough >= self.cfg.commit_commitlog_thorough_interval / 1000:
+            least = 0
+            self._last_thorough = now
+        if not self.store.commitlog.commit(least):
+            self.store.flush_service.wakeup()
+
+    def drain(self) -> None:
+        for _ in range(len(self.store.commitlog.queue.files) + 1):
+            if self.store.commitlog.commit(0):
+                break
+
+
+class ReputService(ServiceThread):
+    interval_ms = 1
+
+    def __init__(self, store, from_offset: int):
+        super().__init__("reput")
+        self.store = store
+        self.cfg = store.config
+        self.reput_from = from_offset
+        self._last_cq_flush = time.monotonic()
+        self._last_thorough = time.monotonic()
+
+    def behind(self) -> int:
+        return self.store.commitlog.get_confirm_offset() - self.reput_from
+
+    def run_once(self) -> None:
+        self.dispatch_available()
+        now = time.monotonic()
+        if now - self._last_cq_flush >= self.cfg.flush_interval_consume_queue / 1000:
+            self._last_cq_flush = now
+            if now - self._last_thorough >= self.cfg.flush_consume_queue_thorough_interval / 1000:
+                self._last_thorough = now
+                self.store.persist_dispatched(self.reput_from)
+            else:
+                self.store.cq_store.flush(self.cfg.flush_consume_queue_least_pages)
+
+    def dispatch_available(self) -> None:
+        commitlog = self.store.commitlog
+        min_offset = commitlog.get_min_offset()
+        if self.reput_from < min_offset:
+            self.reput_from = min_offset
+        confirm = commitlog.get_confirm_offset()
+        if self.reput_from < confirm:
+            self.reput_from, _ = self.store.dispatcher.run(self.reput_from, confirm)
+
+    def drain(self) -> None:
+        self.dispatch_available()
+        self.store.persist_dispatched(self.reput_from)
+
+    def on_crash(self) -> None:
+        from core.running_flags import WRITE_LOGICS_QUEUE_ERROR
+        self.store.flags.set(WRITE_LOGICS_QUEUE_ERROR)
+
+
+class AllocateService(ServiceThread):
+    """Creates segments ahead of need; `allocate(path, next_path)` is the queue's allocator."""
+    interval_ms = 1000
+
+    def __init__(self, fileops, file_size: int, warm: bool = False):
+        super().__init__("allocate-mapped-file")
+        self.fileops = fileops
+        self.file_size = file_size
+        self.warm = warm
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        self._creating = threading.Lock()
+        self.last_error: OSError | None = None
+
+    def allocate(self, path: str, next_path: str) -> None:
+        with self._creating:
+            if not os.path.exists(path):
+                self.fileops.create_file(path, self.file_size)
+        with self._lock:
+            if next_path not in self._pending:
+                self._pending.append(next_path)
+        self.wakeup()
+
+    def run_once(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                path = self._pending.pop(0)
+            try:
+                with self._creating:
+                    if os.path.exists(path):
+                        continue
+                    self.fileops.create_file(path, self.file_size)
+                if self.warm:
+                    self._warm(path)
+            except OSError as e:
+                self.last_error = e
+                log.warning("could not create %s ahead of time: %s", path, e)
+
+    def _warm(self, path: str) -> None:
+        mapping = self.fileops.map_file(path, self.file_size)
+        try:
+            mapping.populate()
+            mapping.advise_willneed()
+            if not mapping.lock_in_memory():
+                log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
+        finally:
+            mapping.close()

@@ -1,0 +1,42 @@
+"""Java `String.hashCode` as RocketMQ uses it: tag codes, subscription codes and index keys.
+
+The JVM hashes UTF-16 code units with 32-bit signed wrap-around, so a character outside
+the Basic Multilingual Plane counts as two units (its surrogate pair).
+"""
+from __future__ import annotations
+
+import sys
+from array import array
+from functools import lru_cache
+
+_INT_MIN = -(1 << 31)
+_MASK = 0xFFFFFFFF
+
+
+def _utf16_units(s: str) -> array:
+    units = array("H")
+    units.frombytes(s.encode("utf-16-le"))
+    if sys.byteorder == "big":
+        units.byteswap()
+    return units
+
+
+@lru_cache(maxsize=65536)
+def java_hash(s: str) -> int:
+    """`s.hashCode()` of the JVM: sum of s[i]*31^(n-1-i) over UTF-16 units, int32."""
+    h = 0
+    units = s.encode("latin-1", "ignore") if s.isascii() else _utf16_units(s)
+    for u in units:
+        h = (31 * h + u) & _MASK
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tag code: the hash of the whole TAGS string, 0 when absent."""
+    return java_hash(tags) if tags else 0
+
+
+def index_key_hash(key: str) -> int:
+    """The index file's key hash: |hashCode|, with Integer.MIN_VALUE mapped to 0."""
+    h = java_hash(key)
+    return 0 if h == _INT_MIN else abs(h)

@@ -1,0 +1,127 @@
+"""The message model: `Message` as a producer builds it and `MessageExt` as the store returns it,
+with RocketMQ's property string and offset message id.
+
+Properties are stored as `name\\x01value\\x02` pairs with the trailing `\\x02` kept (RocketMQ 5.2+).
+`tags` and `keys` are the TAGS and KEYS properties; they are kept in the properties map on
+encode and lifted back out of it on decode.
+"""
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT = "WAIT"
+KEY_SEPARATOR = " "
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_NOT = 0x0
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+DEFAULT_HOST = ("127.0.0.1", 10911)
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as a producer hands it to the store."""
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    tags: str | None = None
+    keys: str | list | None = None
+    properties: dict = field(default_factory=dict)
+    born_timestamp: int = 0
+    born_host: tuple = DEFAULT_HOST
+    store_host: tuple = DEFAULT_HOST
+    sys_flag: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def keys_list(self) -> list:
+        if not self.keys:
+            return []
+        if isinstance(self.keys, str):
+            return [k for k in self.keys.split(KEY_SEPARATOR) if k]
+        return [str(k) for k in self.keys if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self.properties.get(PROPERTY_WAIT, "true") != "false"
+
+    def all_properties(self) -> dict:
+        """The property map as stored: user properties plus TAGS and KEYS."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        keys = self.keys_list
+        if keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+        return props
+
+
+@dataclass(slots=True)
+class MessageExt(Message):
+    """A stored message: the producer's fields plus what the store assigned at append."""
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    store_size: int = 0
+    store_timestamp: int = 0
+    body_crc: int = 0
+    msg_id: str = ""
+
+
+def properties_to_string(props: dict) -> str:
+    """`name\\x01value\\x02` for each pair; None values are skipped."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}"
+                   for k, v in props.items() if v is not None)
+
+
+def string_to_properties(s: str) -> dict:
+    """Parse a property string; malformed fragments (no separator, empty key/value) are dropped."""
+    props = {}
+    for item in s.split(PROPERTY_SEPARATOR):
+        k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and k and v:
+            props[k] = v
+    return props
+
+
+def host_to_bytes(host: tuple) -> tuple[bytes, bool]:
+    """(address, port) as RocketMQ stores it: raw address bytes then int32 port; and whether IPv6."""
+    addr = ipaddress.ip_address(host[0])
+    return addr.packed + struct.pack(">i", int(host[1])), addr.version == 6
+
+
+def bytes_to_host(raw: bytes) -> tuple:
+    port = struct.unpack(">i", raw[-4:])[0]
+    return str(ipaddress.ip_address(bytes(raw[:-4]))), port
+
+
+def create_message_id(store_host_bytes: bytes, phys_offset: int) -> str:
+    """Offset message id: store address + port (int32) + physical offset (int64), upper-case hex."""
+    return (store_host_bytes + struct.pack(">q", phys_offset)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[tuple, int]:
+    """((address, port), physical offset) from an offset message id (32 hex digits IPv4, 56 IPv6)."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    return bytes_to_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]

@@ -1,0 +1,107 @@
+"""Recovery at load (DESIGN.md section 7).
+
+Normal (no abort file): walk the last three segments record by record, CRC checked, to find
+the end of the log. Abnormal (abort file present): start from the newest segment whose first
+record is not later than the checkpoint's minimum timestamp (and not past the checkpoint's
+dispatched offset), re-dispatch every valid record from there, and stop at the first invalid
+one. Both then cut the CommitLog, the consume queues and the index at the end durably, and
+rebuild the topic-queue table. A torn checkpoint falls back to a scan from the oldest segment.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from core.codec import DispatchRequest, check_record
+from core.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecoveryReport:
+    abnormal: bool
+    start_offset: int = 0
+    end_offset: int = 0
+    scanned_bytes: int = 0
+    checkpoint_valid: bool = True
+
+
+def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_exit_ok: bool,
+                  progress=None) -> RecoveryReport:
+    """Bring CommitLog, consume queues and index to one consistent end; return what was done.
+
+    `progress(scanned_bytes, total_bytes)` is called as the scan advances.
+    """
+    report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
+    cq_store.recover()
+    files = commitlog.queue.files
+    if not files:
+        cq_store.destroy()
+        if index_service is not None:
+            index_service.truncate(0)
+        commitlog.topic_queue_table = {}
+        return report
+    file_size = commitlog.file_size
+    if last_exit_ok:
+        start_idx = max(0, len(files) - 3)
+    else:
+        start_idx = abnormal_start_index(files, commitlog.queue, checkpoint, config)
+    start = files[start_idx].file_from_offset
+    limit = files[-1].file_from_offset + file_size
+    total = limit - start
+    report.start_offset = start
+
+    def on_progress(offset):
+        if progress is not None:
+            progress(offset - start, total)
+
+    dispatcher = Dispatcher(commitlog, cq_store, index_service)
+    end, _ = dispatcher.run(start, limit, check_crc=config.check_crc_on_recover,
+                            progress=on_progress, apply=not last_exit_ok)
+    report.end_offset = end
+    report.scanned_bytes = end - start
+    truncate_all(commitlog, cq_store, index_service, end)
+    log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
+             "abnormal" if report.abnormal else "normal", end - start, start, end)
+    return report
+
+
+def abnormal_start_index(files, queue, checkpoint, config) -> int:
+    """The newest segment whose first record is valid, stored no later than the checkpoint's
+    minimum timestamp and starting no later than its dispatched offset; 0 if none or torn."""
+    if not checkpoint.valid:
+        return 0
+    min_ts = (checkpoint.get_min_timestamp_index() if config.message_index_enable
+              else checkpoint.get_min_timestamp())
+    for i in range(len(files) - 1, -1, -1):
+        mf = files[i]
+        if mf.file_from_offset > checkpoint.dispatched_phy_offset:
+            continue
+        buf = queue.hold(mf)
+        if buf is None:
+            continue
+        try:
+            req, _ = check_record(buf, 0, mf.file_size, False)
+        finally:
+            mf.release()
+        if isinstance(req, DispatchRequest) and 0 < req.store_timestamp <= min_ts:
+            return i
+    return 0
+
+
+def truncate_all(commitlog, cq_store, index_service, end: int) -> None:
+    """Cut everything at `end`, durably, and rebuild the topic-queue table from the queues."""
+    queue = commitlog.queue
+    commitlog.reset_writer()
+    queue.truncate_dirty_files(end)
+    queue.flushed_where = queue.committed_where = end
+    cq_store.truncate_dirty(end)
+    if index_service is not None:
+        index_service.truncate(end)
+    rebuild_topic_queue_table(commitlog, cq_store)
+
+
+def rebuild_topic_queue_table(commitlog, cq_store) -> None:
+    cq_store.correct_min_offset(max(commitlog.get_min_offset(), 0))
+    commitlog.topic_queue_table = cq_store.topic_queue_table()

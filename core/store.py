@@ -1,0 +1,286 @@
+"""`MessageStore`: the storage engine in one process (RocketMQ's DefaultMessageStore).
+
+`load()` takes the lock, opens CommitLog, consume queues, checkpoint and index, and recovers
+(normal or abnormal by the abort file); `start()` creates the abort file and starts the
+flush, commit, reput and allocate threads; `shutdown()` stops them in order, flushes
+everything, writes the checkpoint and removes the abort file only when nothing is left
+undispatched. Reads are delegated to `StoreReader`.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import time
+
+from core.checkpoint import StoreCheckpoint
+from core.commitlog import CommitLog, append_status_to_put
+from core.config import StoreConfig, check_store_format
+from core.consume_queue_store import ConsumeQueueStore
+from core.dispatch import Dispatcher
+from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
+from core.fileops import REAL_FILE_OPS, FileOps
+from core.index_service import IndexService
+from core.read_path import StoreReader
+from core.recovery import rebuild_topic_queue_table, recover_store
+from core.running_flags import DISK_FULL, RunningFlags
+from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus
+from core.store_files import AbortFile, StoreLock
+from core.transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+S = PutMessageStatus
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, fileops: FileOps | None = None, progress=None):
+        self.config = config
+        self.fileops = fileops or REAL_FILE_OPS
+        self.progress = progress                 # callable(scanned, total) during recovery
+        self.flags = RunningFlags()
+        self.lock = StoreLock(config.lock_path)
+        self.abort_file = AbortFile(config.abort_path, self.fileops)
+        self.allocate_service = AllocateService(self.fileops, config.mapped_file_size_commitlog,
+                                                config.warm_mapped_file_enable)
+        pool = (TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commitlog)
+                if config.use_transient_store_pool else None)
+        self.commitlog = CommitLog(config, self.fileops, self.allocate_service.allocate, pool)
+        self.cq_store = ConsumeQueueStore(config.consumequeue_dir, config.mapped_file_size_consume_queue,
+                                          self.fileops)
+        self.index_service = (IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num,
+                                           self.fileops, config.max_msgs_num_batch)
+                              if config.message_index_enable else None)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service)
+        self.reader = StoreReader(config, self.commitlog, self.cq_store, self.index_service)
+        self.flush_service: FlushService | None = None
+        self.commit_service: CommitService | None = None
+        self.reput_service: ReputService | None = None
+        self.recovery_report = None
+        self.loaded = False
+        self.running = False
+        self.shut_down = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def load(self) -> bool:
+        """Open and recover the store. Raises ConfigError/StoreLoadError/StoreLockedError with
+        the reason when the store cannot be opened safely."""
+        cfg = self.config
+        for d in (cfg.store_path_root_dir, cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
+            self.fileops.make_dirs(d)
+        self.lock.acquire()
+        try:
+            check_store_format(cfg, self.fileops)
+            last_exit_ok = not self.abort_file.exists()
+            self.commitlog.queue.load()
+            self.cq_store.load()
+            self.checkpoint = StoreCheckpoint(cfg.checkpoint_path, self.fileops)
+            if self.index_service is not None:
+                self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+            self.recovery_report = recover_store(self.commitlog, self.cq_store, self.index_service,
+                                                 self.checkpoint, cfg, last_exit_ok, self.progress)
+            self._catch_up_dispatch()
+        except BaseException:
+            self.lock.release()
+            raise
+        self.loaded = True
+        return True
+
+    def _catch_up_dispatch(self) -> None:
+        """Dispatch what the consume queues on disk do not cover yet, then persist the result."""
+        end = self.commitlog.get_max_offset()
+        start = max(self.cq_store.max_physic_offset(), self.commitlog.get_min_offset(), 0)
+        if start < end:
+            self.dispatcher.run(start, end)
+        rebuild_topic_queue_table(self.commitlog, self.cq_store)
+        self.persist_dispatched(end)
+
+    def start(self) -> None:
+        if not self.loaded:
+            raise RuntimeError("MessageStore.start() before load()")
+        self.abort_file.create()
+        self.flush_service = FlushService(self)
+        self.reput_service = ReputService(self, self.commitlog.get_max_offset())
+        services = [self.allocate_service, self.flush_service, self.reput_service]
+        if self.commitlog.pool is not None:
+            self.commit_service = CommitService(self)
+            services.insert(1, self.commit_service)
+        for svc in services:
+            svc.start()
+        self.running = True
+
+    def shutdown(self) -> None:
+        """Stop taking puts, drain every service, flush, checkpoint, and remove the abort file
+        only when nothing is left undispatched."""
+        if self.shut_down:
+            return
+        self.shut_down = True
+        self.running = False
+        with self.commitlog.put_lock:
+            pass                                              # let an append in progress finish
+        for svc in (self.commit_service, self.flush_service, self.reput_service, self.allocate_service):
+            if svc is not None:
+                svc.stop()
+        clean = False
+        if self.loaded:
+            clean = self.flags.is_writeable and (self.reput_service is None or self.reput_service.behind() <= 0)
+            self.checkpoint.shutdown()
+            if self.index_service is not None:
+                self.index_service.shutdown()
+            self.commitlog.shutdown()
+            self.cq_store.shutdown()
+            if clean and self.reput_service is not None:
+                self.abort_file.remove()
+            elif self.reput_service is not None:
+                log.warning("shutdown abnormally: abort file kept for recovery at next start")
+            self.lock.release()
+
+    def persist_dispatched(self, dispatched: int) -> None:
+        """Flush consume queues and index, then record in the checkpoint how far they are durable."""
+        ts = self.dispatcher.last_store_timestamp
+        self.cq_store.flush(0)
+        if self.index_service is not None:
+            self.index_service.flush()
+            if self.index_service.last_flushed_index_timestamp:
+                self.checkpoint.index_msg_timestamp = self.index_service.last_flushed_index_timestamp
+        ckpt = self.checkpoint
+        if ts:
+            ckpt.logics_msg_timestamp = ts
+        ckpt.dispatched_phy_offset = dispatched
+        ckpt.flushed_phy_offset = self.commitlog.queue.flushed_where
+        ckpt.confirm_phy_offset = self.commitlog.get_confirm_offset()
+        if self.commitlog.queue.store_timestamp:
+            ckpt.physic_msg_timestamp = self.commitlog.queue.store_timestamp
+        ckpt.flush()
+
+    # -- puts ----------------------------------------------------------------------------
+    def _check_store_status(self):
+        if not self.running or self.config.is_slave:
+            return S.SERVICE_NOT_AVAILABLE
+        if not self.flags.is_writeable:
+            return S.SERVICE_NOT_AVAILABLE
+        return None
+
+    def put_message(self, msg) -> PutMessageResult:
+        status = self._check_store_status()
+        if status is not None:
+            return PutMessageResult(status)
+        rec = self.commitlog.prepare(msg)
+        if isinstance(rec, PutMessageStatus):
+            return PutMessageResult(rec)
+        return self._append([rec], msg.wait_store_msg_ok)
+
+    def put_messages(self, msgs) -> PutMessageResult:
+        """Append a batch (one topic and queue) as one unit: all of it or none."""
+        status = self._check_store_status()
+        if status is not None:
+            return PutMessageResult(status)
+        if not msgs:
+            return PutMessageResult(S.MESSAGE_ILLEGAL)
+        first = msgs[0]
+        if sum(len(m.body) for m in msgs if isinstance(m.body, (bytes, bytearray))) > self.config.max_message_size:
+            return PutMessageResult(S.MESSAGE_ILLEGAL)
+        recs = []
+        for m in msgs:
+            if m.topic != first.topic or m.queue_id != first.queue_id or m.sys_flag & 0xC:
+                return PutMessageResult(S.MESSAGE_ILLEGAL)
+            rec = self.commitlog.prepare(m)
+            if isinstance(rec, PutMessageStatus):
+                return PutMessageResult(rec)
+            recs.append(rec)
+        return self._append(recs, first.wait_store_msg_ok)
+
+    def _append(self, recs, wait: bool) -> PutMessageResult:
+        if self.commitlog.is_os_page_cache_busy():
+            return PutMessageResult(S.OS_PAGECACHE_BUSY)
+        result = self.commitlog.append_batch(recs)
+        if result.status is not AppendMessageStatus.PUT_OK:
+            if result.status is AppendMessageStatus.UNKNOWN_ERROR:
+                self._note_create_failure()
+            return PutMessageResult(append_status_to_put(result.status), result)
+        if self.config.is_sync_flush and wait:
+            if not self.flush_service.wait_flushed(result.next_offset, self.config.sync_flush_timeout):
+                return PutMessageResult(S.FLUSH_DISK_TIMEOUT, result)
+        return PutMessageResult(S.PUT_OK, result)
+
+    def _note_create_failure(self) -> None:
+        err = self.allocate_service.last_error
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            self.flags.set(DISK_FULL)
+
+    # -- reads (delegated) ---------------------------------------------------------------
+    def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None):
+        if self.shut_down or not self.flags.is_readable:
+            return None
+        return self.reader.get_message(group, topic, queue_id, offset, max_msgs, tag_filter)
+
+    def query_message(self, topic, key, max_num, begin_ts, end_ts):
+        return self.reader.query_message(topic, key, max_num, begin_ts, end_ts)
+
+    def look_message_by_offset(self, phys, size=None):
+        return self.reader.look_message_by_offset(phys, size)
+
+    def view_message_by_id(self, msg_id):
+        return self.reader.view_message_by_id(msg_id)
+
+    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp):
+        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+
+    def get_max_offset_in_queue(self, topic, queue_id):
+        return self.reader.get_max_offset_in_queue(topic, queue_id)
+
+    def get_min_offset_in_queue(self, topic, queue_id):
+        return self.reader.get_min_offset_in_queue(topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic, queue_id, cq_offset):
+        return self.reader.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
+
+    def get_message_store_timestamp(self, topic, queue_id, cq_offset):
+        return self.reader.get_message_store_timestamp(topic, queue_id, cq_offset)
+
+    def get_earliest_message_time(self, topic=None, queue_id=None):
+        return self.reader.get_earliest_message_time(topic, queue_id)
+
+    def get_max_phy_offset(self) -> int:
+        return self.commitlog.get_max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commitlog.get_min_offset()
+
+    def get_confirm_offset(self) -> int:
+        return self.commitlog.get_confirm_offset()
+
+    # -- maintenance ---------------------------------------------------------------------
+    def flush(self) -> int:
+        """Commit and flush everything written; return the flushed position."""
+        queue = self.commitlog.queue
+        while not self.commitlog.commit(0):
+            pass
+        while queue.flushed_where < self.commitlog.get_max_offset():
+            if self.commitlog.flush(0):
+                break
+        return queue.flushed_where
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput_service.behind() if self.reput_service else 0
+
+    def wait_for_dispatch(self, timeout: float = 10.0) -> bool:
+        """Wait until everything confirmed is in the consume queues and the index."""
+        deadline = time.monotonic() + timeout
+        while self.dispatch_behind_bytes() > 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def delete_expired_files(self, clean_immediately: bool = False) -> int:
+        """Delete CommitLog segments older than `file_reserved_time` hours, then the consume-queue
+        and index files that only point into them."""
+        deleted = self.commitlog.queue.delete_expired_file_by_time(
+            self.config.file_reserved_time * 3600 * 1000, 0, clean_immediately,
+            self.config.delete_file_batch_max)
+        if deleted:
+            min_offset = self.commitlog.get_min_offset()
+            self.cq_store.delete_expired(min_offset)
+            if self.index_service is not None:
+                self.index_service.delete_expired_file(min_offset)
+        return deleted

@@ -1,0 +1,28 @@
+"""RocketMQ subscription expressions: `*` (everything) or `TagA || TagB`, matched by tag hash
+code as the consume queue stores it (so a hash collision passes; clients re-check tags)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from core.hashing import java_hash
+
+
+@lru_cache(maxsize=1024)
+def subscription_codes(expression: str | None) -> frozenset | None:
+    """The tag hash codes an expression accepts, or None for "everything"."""
+    if expression is None:
+        return None
+    tags = [t.strip() for t in expression.split("||")]
+    tags = [t for t in tags if t]
+    if not tags or "*" in tags:
+        return None
+    return frozenset(java_hash(t) for t in tags)
+
+
+def tags_match(expression: str | None, tags: str | None) -> bool:
+    """Exact check on the tag string, for callers that re-check after the hash filter."""
+    codes = subscription_codes(expression)
+    if codes is None:
+        return True
+    wanted = {t.strip() for t in expression.split("||")}
+    return tags is not None and tags in wanted
