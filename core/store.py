@@ -140,8 +140,7 @@ class MessageStore:
         self.cq_store.flush(0)
         if self.index_service is not None:
             self.index_service.flush()
-            if self.index_service.last_flushed_index_timestamp:
-                self.checkpoint.index_msg_timestamp = self.index_service.last_flushed_index_timestamp
+            self.checkpoint.index_msg_timestamp = self.index_service.last_flushed_index_timestamp
         ckpt = self.checkpoint
         if ts:
             ckpt.logics_msg_timestamp = ts

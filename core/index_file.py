@@ -1,0 +1,286 @@
+"""One index file: a hash table on disk from message keys to CommitLog offsets (DESIGN.md 3).
+
+Owns the byte layout of RocketMQ's IndexFile, big-endian:
+
+    header, 40 bytes:  begin ts 8 | end ts 8 | begin phys 8 | end phys 8 |
+                       hash slot count 4 (slots that became non-empty) | index count 4 (starts at 1)
+    slots:             hash_slot_num x int32, the newest entry number of the slot, 0 = empty
+    entries:           index_num x 20 bytes: key hash 4 | phys offset 8 | seconds since begin ts 4 |
+                       previous entry number in the same slot 4 (0 = end of chain); entry 0 unused
+
+The mapped buffer is the only copy of the header: every put rewrites it in place, so a reader
+in another process mapping the same file sees the header as of the last put. `flush` makes
+the whole file durable. Only key hashes are stored: a lookup can return the offset of a
+different key with the same Java hash, and callers re-check the key on the record they read.
+
+`truncate` is ours, not RocketMQ's: it undoes appends from the newest backwards so that after
+recovery the index never points past the recovered CommitLog. An end timestamp restored by a
+truncate is the last remaining entry's time as stored (whole seconds after the begin time).
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+from core.hashing import index_key_hash
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+INT32_MAX = (1 << 31) - 1
+
+_HEADER = struct.Struct(">qqqqii")   # begin ts, end ts, begin phys, end phys, slot count, count
+_ENTRY = struct.Struct(">iqii")      # key hash, phys offset, time diff (s), prev index
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_BEGIN_TS_POS, _END_TS_POS, _BEGIN_PHY_POS, _END_PHY_POS = 0, 8, 16, 24
+_SLOT_COUNT_POS, _INDEX_COUNT_POS = 32, 36
+_ZERO_ENTRY = bytes(ENTRY_SIZE)
+_FRESH_HEADER = (0, 0, 0, 0, 0, 1)
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an index file: header, slots, entries (entry 0 included, never used)."""
+    return HEADER_SIZE + hash_slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+
+
+class IndexFile:
+    """A mapped index file of `hash_slot_num` slots and room for `index_num - 1` entries.
+
+    `create=True` creates the file whole (zero-filled) through `fileops` and writes a fresh
+    header; its begin/end phys offset and timestamps start from `prev_end_phy_offset` and
+    `prev_end_timestamp` when those are > 0 (the previous file's end values). Otherwise the
+    existing file is mapped; a file of the wrong size is refused with ValueError.
+    """
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, fileops, create: bool = False,
+                 prev_end_phy_offset: int = 0, prev_end_timestamp: int = 0):
+        if hash_slot_num <= 0 or index_num <= 1:
+            raise ValueError(f"index file needs hash_slot_num >= 1 and index_num >= 2, "
+                             f"got {hash_slot_num} and {index_num}")
+        self.path = path
+        self.name = os.path.basename(path)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.size = index_file_size(hash_slot_num, index_num)
+        self._fileops = fileops
+        self._entries_pos = HEADER_SIZE + hash_slot_num * SLOT_SIZE
+        if create:
+            fileops.create_file(path, self.size)
+        else:
+            actual = os.path.getsize(path)
+            if actual != self.size:
+                raise ValueError(
+                    f"index file {path} has {actual} bytes, expected {self.size} for "
+                    f"{hash_slot_num} hash slots and {index_num} entries (wrong file or settings)")
+        self._mapping = fileops.map_file(path, self.size)
+        if create:
+            self._write_fresh_header(prev_end_phy_offset, prev_end_timestamp)
+
+    # ---- header ------------------------------------------------------------------------
+
+    def _header(self) -> tuple[int, int, int, int, int, int]:
+        *fields, count = _HEADER.unpack_from(self._mapping.buf, 0)
+        return (*fields, self._valid_count(count))
+
+    def _valid_count(self, stored: int) -> int:
+        # A stored count <= 0 reads as 1 (RocketMQ); one past the capacity (corrupt) as full.
+        return min(max(stored, 1), self.index_num)
+
+    def _write_fresh_header(self, end_phy_offset: int, end_timestamp: int) -> None:
+        phy = end_phy_offset if end_phy_offset > 0 else 0
+        ts = end_timestamp if end_timestamp > 0 else 0
+        _HEADER.pack_into(self._mapping.buf, 0, ts, ts, phy, phy, 0, 1)
+
+    @property
+    def begin_timestamp(self) -> int:
+        return _I64.unpack_from(self._mapping.buf, _BEGIN_TS_POS)[0]
+
+    @property
+    def end_timestamp(self) -> int:
+        return _I64.unpack_from(self._mapping.buf, _END_TS_POS)[0]
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return _I64.unpack_from(self._mapping.buf, _BEGIN_PHY_POS)[0]
+
+    @property
+    def end_phy_offset(self) -> int:
+        return _I64.unpack_from(self._mapping.buf, _END_PHY_POS)[0]
+
+    @property
+    def hash_slot_count(self) -> int:
+        return _I32.unpack_from(self._mapping.buf, _SLOT_COUNT_POS)[0]
+
+    @property
+    def index_count(self) -> int:
+        """The next entry number: 1 + the number of entries (a stored value <= 0 reads as 1)."""
+        return self._valid_count(_I32.unpack_from(self._mapping.buf, _INDEX_COUNT_POS)[0])
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    @property
+    def closed(self) -> bool:
+        return self._mapping is None or self._mapping.closed
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """Whether [begin, end] (ms) overlaps [begin timestamp, end timestamp] of this file."""
+        f_begin, f_end = self.begin_timestamp, self.end_timestamp
+        return ((begin < f_begin and end > f_end) or f_begin <= begin <= f_end
+                or f_begin <= end <= f_end)
+
+    # ---- writing -----------------------------------------------------------------------
+
+    def _slot_pos(self, key_hash: int) -> int:
+        return HEADER_SIZE + (key_hash % self.hash_slot_num) * SLOT_SIZE
+
+    def _entry_pos(self, index: int) -> int:
+        return self._entries_pos + index * ENTRY_SIZE
+
+    def put_key(self, key: str, phys_offset: int, store_timestamp: int) -> bool:
+        """Append an entry for `key`; False (and nothing written) when the file is full."""
+        buf = self._mapping.buf
+        begin_ts, _, begin_phy, _, slot_count, count = self._header()
+        if count >= self.index_num:
+            return False
+        key_hash = index_key_hash(key)
+        slot_pos = self._slot_pos(key_hash)
+        head = _I32.unpack_from(buf, slot_pos)[0]
+        if head <= 0 or head > count:
+            head = 0
+        if count <= 1:
+            # The first entry sets the file's begin values before its own time diff is taken,
+            # so that its stored time is exact (RocketMQ takes it against the seeded begin).
+            begin_ts, begin_phy = store_timestamp, phys_offset
+        _ENTRY.pack_into(buf, self._entry_pos(count), key_hash, phys_offset,
+                         self._time_diff(store_timestamp, begin_ts), head)
+        _I32.pack_into(buf, slot_pos, count)
+        if head == 0:
+            slot_count += 1
+        _HEADER.pack_into(buf, 0, begin_ts, store_timestamp, begin_phy, phys_offset,
+                          slot_count, count + 1)
+        return True
+
+    @staticmethod
+    def _time_diff(store_timestamp: int, begin_timestamp: int) -> int:
+        if begin_timestamp <= 0:
+            return 0
+        return min(max((store_timestamp - begin_timestamp) // 1000, 0), INT32_MAX)
+
+    def flush(self) -> None:
+        """Make header, slots and entries durable (the header is kept in the buffer itself)."""
+        self._mapping.flush(0, self.size)
+
+    # ---- reading -----------------------------------------------------------------------
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Offsets stored for `key`'s hash with a store time in [begin, end] ms, newest first.
+
+        The key hash is re-checked against each entry, but different keys can share a hash:
+        the caller must compare the key of the record it reads at each offset.
+        """
+        out: list[int] = []
+        for phys, time_read in self._chain(key, begin):
+            if len(out) >= max_num:
+                break
+            if time_read <= end:
+                out.append(phys)
+        return out
+
+    def _chain(self, key: str, begin: int):
+        """Yield (phys offset, time) of `key`'s hash, newest first, while time >= begin.
+
+        Entries whose time is below `begin` end the walk; entries with another hash in the
+        same slot are skipped. A chain pointer that does not go strictly backwards ends it.
+        """
+        buf = self._mapping.buf
+        begin_ts, count = self.begin_timestamp, self.index_count
+        key_hash = index_key_hash(key)
+        index = _I32.unpack_from(buf, self._slot_pos(key_hash))[0]
+        if count <= 1 or index <= 0 or index >= count:
+            return
+        while True:
+            entry_hash, phys, diff, prev = _ENTRY.unpack_from(buf, self._entry_pos(index))
+            if diff < 0:
+                return
+            time_read = begin_ts + diff * 1000
+            if time_read < begin:
+                return
+            if entry_hash == key_hash:
+                yield phys, time_read
+            if prev <= 0 or prev >= index:
+                return
+            index = prev
+
+    def tail_count(self, phys_offset: int) -> int:
+        """How many of the newest entries, counting back from the last, are at `phys_offset`."""
+        buf = self._mapping.buf
+        index, found = self.index_count - 1, 0
+        while index >= 1 and _I64.unpack_from(buf, self._entry_pos(index) + 4)[0] == phys_offset:
+            found += 1
+            index -= 1
+        return found
+
+    # ---- truncation --------------------------------------------------------------------
+
+    def truncate(self, phys_offset: int) -> int:
+        """Remove every entry whose phys offset is >= `phys_offset`; return how many.
+
+        Walks from the newest entry backwards and undoes each append: the entry's slot gets
+        back the entry's previous index, the slot count drops when that empties the slot,
+        and the entry is zeroed. The header's end values come from the new last entry. A
+        file left with no entry gets a fresh header if its (possibly seeded) end phys offset
+        was at or past the cut. The result is flushed before this returns.
+        """
+        buf = self._mapping.buf
+        header = self._header()
+        begin_ts, _, begin_phy, end_phy, slot_count, count = header
+        index = count - 1
+        while index >= 1:
+            entry_pos = self._entry_pos(index)
+            key_hash, phys, _, prev = _ENTRY.unpack_from(buf, entry_pos)
+            if phys < phys_offset:
+                break
+            slot_pos = self._slot_pos(key_hash)
+            _I32.pack_into(buf, slot_pos, prev)
+            if prev == 0:
+                slot_count -= 1
+            buf[entry_pos:entry_pos + ENTRY_SIZE] = _ZERO_ENTRY
+            index -= 1
+        removed = count - 1 - index
+        if index >= 1:
+            if removed == 0:
+                return 0
+            _, end_phy, diff, _ = _ENTRY.unpack_from(buf, self._entry_pos(index))
+            end_ts = begin_ts + diff * 1000 if begin_ts > 0 else begin_ts
+            _HEADER.pack_into(buf, 0, begin_ts, end_ts, begin_phy, end_phy, slot_count, index + 1)
+        elif removed or (end_phy >= phys_offset and header != _FRESH_HEADER):
+            _HEADER.pack_into(buf, 0, *_FRESH_HEADER)
+        else:
+            return 0
+        self.flush()
+        return removed
+
+    def seed(self, prev_end_phy_offset: int, prev_end_timestamp: int) -> None:
+        """Set an empty file's begin/end values from the previous file's end values, durably."""
+        if self.index_count > 1:
+            raise ValueError(f"index file {self.path} holds entries; only an empty file is seeded")
+        self._write_fresh_header(prev_end_phy_offset, prev_end_timestamp)
+        self.flush()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._mapping is not None:
+            self._mapping.close()
+            self._mapping = None
+
+    def destroy(self) -> None:
+        """Unmap and delete the file."""
+        self.close()
+        self._fileops.unlink(self.path)
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.name!r}, count={self.index_count if not self.closed else '-'})"
