@@ -32,12 +32,15 @@ S = PutMessageStatus
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig, fileops: FileOps | None = None, progress=None):
+    def __init__(self, config: StoreConfig, fileops: FileOps | None = None, progress=None,
+                 lock: StoreLock | None = None):
+        """`lock`: a StoreLock the caller already holds (the supervisor); it is left held."""
         self.config = config
         self.fileops = fileops or REAL_FILE_OPS
         self.progress = progress                 # callable(scanned, total) during recovery
         self.flags = RunningFlags()
-        self.lock = StoreLock(config.lock_path)
+        self._own_lock = lock is None
+        self.lock = lock or StoreLock(config.lock_path)
         self.abort_file = AbortFile(config.abort_path, self.fileops)
         self.allocate_service = AllocateService(self.fileops, config.mapped_file_size_commitlog,
                                                 config.warm_mapped_file_enable)
@@ -67,7 +70,8 @@ class MessageStore:
         cfg = self.config
         for d in (cfg.store_path_root_dir, cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
             self.fileops.make_dirs(d)
-        self.lock.acquire()
+        if self._own_lock:
+            self.lock.acquire()
         try:
             check_store_format(cfg, self.fileops)
             last_exit_ok = not self.abort_file.exists()
@@ -80,7 +84,8 @@ class MessageStore:
                                                  self.checkpoint, cfg, last_exit_ok, self.progress)
             self._catch_up_dispatch()
         except BaseException:
-            self.lock.release()
+            if self._own_lock:
+                self.lock.release()
             raise
         self.loaded = True
         return True
@@ -132,7 +137,8 @@ class MessageStore:
                 self.abort_file.remove()
             elif self.reput_service is not None:
                 log.warning("shutdown abnormally: abort file kept for recovery at next start")
-            self.lock.release()
+            if self._own_lock:
+                self.lock.release()
 
     def persist_dispatched(self, dispatched: int) -> None:
         """Flush consume queues and index, then record in the checkpoint how far they are durable."""

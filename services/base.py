@@ -1,0 +1,129 @@
+"""`ServiceLoop`: the one shape of every service process (STYLE.md, from RocketMQ's
+ServiceThread): wait on the poller for a message or the interval, do one unit of work,
+heartbeat; on SIGTERM finish the batch, drain and exit 0.
+
+`run_service(cls)` is the `__main__` of each module in services/: it reads the store's
+effective config from `run/config.json` (written by the supervisor), attaches to the control
+block named in `run/control`, logs to `logs/<service>.log`, and runs the loop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+
+import zmq
+
+from core.config import StoreConfig
+from ipc.control_block import ControlBlock, ServiceState, Slot, read_control_name
+from ipc.protocol import pack
+from ipc.sockets import ipc_endpoint, make_socket
+
+log = logging.getLogger("mqstore.service")
+
+
+def load_run_config(store_root: str) -> StoreConfig:
+    with open(os.path.join(store_root, "run", "config.json")) as f:
+        return StoreConfig(**json.load(f))
+
+
+class ServiceLoop:
+    name = "service"
+    interval_ms = 10
+
+    def __init__(self, config: StoreConfig, cb: ControlBlock):
+        self.config = config
+        self.cb = cb
+        self.run_dir = config.run_dir
+        self.stopped = False
+        self.ctx = zmq.Context.instance()
+        self.poller = zmq.Poller()
+        self.ready: dict = {}
+        self.events = make_socket(self.ctx, zmq.PUSH)
+        self.events.setsockopt(zmq.SNDTIMEO, 0)
+        self.events.connect(ipc_endpoint(self.run_dir, "events"))
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C goes to the supervisor
+        self.cb.slot_set(self.name, Slot.PID, os.getpid())
+        self.set_state(ServiceState.STARTING)
+        self.setup()
+        self.set_state(ServiceState.RUNNING)
+        while not self.stopped:
+            self.wait_for_running(self.interval_ms)
+            self.run_once()
+            self.cb.heartbeat(self.name)
+        self.set_state(ServiceState.DRAINING)
+        self.drain()
+        self.set_state(ServiceState.STOPPED)
+        self.close()
+        return 0
+
+    def wait_for_running(self, timeout_ms: float) -> None:
+        """Poll the service's sockets; a message is the wakeup. Ready sockets go to self.ready."""
+        try:
+            self.ready = dict(self.poller.poll(timeout_ms))
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EINTR:
+                raise
+            self.ready = {}
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.stopped = True
+
+    # -- hooks ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Open files and bind sockets (register them with self.poller)."""
+
+    def run_once(self) -> None:
+        """One unit of work."""
+
+    def drain(self) -> None:
+        """Final commit/flush/dispatch before exit 0."""
+
+    def close(self) -> None:
+        self.events.close(0)
+
+    # -- lifecycle events ----------------------------------------------------------------
+    def set_state(self, state: ServiceState, **fields) -> None:
+        self.cb.heartbeat(self.name, state)
+        self.emit(state.name.lower(), **fields)
+
+    def report_progress(self, done: int, total: int) -> None:
+        self.cb.slot_set(self.name, Slot.PROGRESS_DONE, done)
+        self.cb.slot_set(self.name, Slot.PROGRESS_TOTAL, total)
+        self.cb.heartbeat(self.name)
+
+    def emit(self, event: str, **fields) -> None:
+        """Publish a lifecycle event to the supervisor (never blocks; dropped if nobody listens)."""
+        try:
+            self.events.send(pack({"service": self.name, "event": event, "pid": os.getpid(), **fields}),
+                             zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+
+def run_service(cls, argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{cls.name}",
+                                     description=f"mqstore {cls.name} service (started by the supervisor)")
+    parser.add_argument("--store", required=True, help="store root directory")
+    args = parser.parse_args(argv)
+    config = load_run_config(os.path.abspath(args.store))
+    os.makedirs(config.logs_dir, exist_ok=True)
+    logging.basicConfig(filename=os.path.join(config.logs_dir, f"{cls.name}.log"), level=logging.INFO,
+                        format=f"%(asctime)s {cls.name}[%(process)d] %(levelname)s %(name)s: %(message)s")
+    cb = ControlBlock(read_control_name(config.run_dir))
+    try:
+        return cls(config, cb).run()
+    except Exception:
+        logging.getLogger(cls.name).exception("%s crashed", cls.name)
+        cb.slot_set(cls.name, Slot.STATE, int(ServiceState.FAILED))
+        return 1
+    finally:
+        cb.close()
+        sys.stdout.flush()
