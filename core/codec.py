@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from core.hashing import tags_code
 from core.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
-    MessageExt, bytes_to_host, host_to_bytes, properties_to_string, string_to_properties,
+    KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
+    MessageExt, bytes_to_host, host_to_bytes, string_to_properties,
 )
 from core.status import PutMessageStatus
 
@@ -77,41 +77,100 @@ class PreparedRecord:
     uniq_key: str
 
 
+_HOSTS: dict = {}
+_TOPICS: dict = {}
+
+
+def _host_bytes(host) -> tuple[bytes, bool]:
+    """host_to_bytes with a cache: producers reuse a handful of hosts."""
+    try:
+        hit = _HOSTS.get(host)
+    except TypeError:                                  # an unhashable host (a list): no cache
+        return host_to_bytes(host)
+    if hit is None:
+        hit = host_to_bytes(host)
+        if len(_HOSTS) < 4096:
+            _HOSTS[host] = hit
+    return hit
+
+
+def _topic_head(topic: str) -> bytes:
+    """TOPICLENGTH + TOPIC, cached per topic; b"" for an illegal topic."""
+    head = _TOPICS.get(topic)
+    if head is None:
+        topic_b = topic.encode("utf-8")
+        head = bytes((len(topic_b),)) + topic_b if 0 < len(topic_b) <= MAX_TOPIC_BYTES else b""
+        if len(_TOPICS) < 65536:
+            _TOPICS[topic] = head
+    return head
+
+
+def _properties_string(msg) -> tuple[str, int, str | None, str]:
+    """(property string, number of pairs written, TAGS, KEYS) of a message."""
+    tags = msg.tags
+    keys = msg.keys
+    if keys is not None and not isinstance(keys, str):
+        keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
+    elif keys:
+        keys = KEY_SEPARATOR.join(k for k in keys.split(KEY_SEPARATOR) if k)
+    if msg.properties:
+        props = dict(msg.properties)
+        if tags:
+            props[PROPERTY_TAGS] = tags
+        if keys:
+            props[PROPERTY_KEYS] = keys
+        pairs = [(k, v) for k, v in props.items() if v is not None]
+        return "".join(f"{k}\x01{v}\x02" for k, v in pairs), len(pairs), props.get(PROPERTY_TAGS), \
+            props.get(PROPERTY_KEYS) or ""
+    s = ""
+    n = 0
+    if tags:
+        s = "TAGS\x01" + tags + "\x02"
+        n = 1
+    if keys:
+        s += "KEYS\x01" + keys + "\x02"
+        n += 1
+    return s, n, tags, keys or ""
+
+
 def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None):
     """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it."""
     body = msg.body
-    if not isinstance(body, (bytes, bytearray, memoryview)) or not isinstance(msg.topic, str):
+    topic = msg.topic
+    if not isinstance(body, (bytes, bytearray, memoryview)) or not isinstance(topic, str):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    topic_b = msg.topic.encode("utf-8")
-    if not topic_b or len(topic_b) > MAX_TOPIC_BYTES or len(body) > max_message_size:
+    head = _topic_head(topic)
+    body_len = len(body)
+    if not head or body_len > max_message_size or not 0 <= msg.queue_id < (1 << 31):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    if not 0 <= msg.queue_id < (1 << 31):
+    try:
+        props_s, pairs, tags, keys = _properties_string(msg)
+    except (TypeError, AttributeError):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    props = msg.all_properties()
-    props_s = properties_to_string(props)
     props_b = props_s.encode("utf-8")
     if len(props_b) > MAX_PROPERTIES_BYTES:
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-    if len(props) * 2 != props_s.count("\x01") + props_s.count("\x02"):
+    if pairs * 2 != props_s.count("\x01") + props_s.count("\x02"):
         return PutMessageStatus.MESSAGE_ILLEGAL          # a separator inside a name or value
     try:
-        born, born_v6 = host_to_bytes(msg.born_host)
+        born, born_v6 = _host_bytes(msg.born_host)
         store, store_v6 = (store_host_bytes, len(store_host_bytes) == 20) if store_host_bytes \
-            else host_to_bytes(msg.store_host)
+            else _host_bytes(msg.store_host)
     except (ValueError, TypeError, IndexError, struct.error):
         return PutMessageStatus.MESSAGE_ILLEGAL
     sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
-    sys_flag |= (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
-    size = record_size(len(body), len(topic_b), len(props_b), born_v6, store_v6)
+    if born_v6:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if store_v6:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
     if size > max_message_size + TOTAL_SIZE_SLACK:
         return PutMessageStatus.MESSAGE_ILLEGAL
-    tail = bytes((len(topic_b),)) + topic_b + _I16.pack(len(props_b)) + props_b
     return PreparedRecord(
         size, _HEADERS[len(born), len(store)], zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
-        msg.prepared_transaction_offset, bytes(body), tail, msg.topic,
-        tags_code(props.get(PROPERTY_TAGS)), props.get(PROPERTY_KEYS, ""),
-        props.get(PROPERTY_UNIQ_KEY, ""))
+        msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
+        tags_code(tags), keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
 
 
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,

@@ -48,8 +48,38 @@ class CommitLog:
         return prepare_record(msg, self.max_message_size, self.store_host_bytes)
 
     def append(self, rec: PreparedRecord) -> AppendMessageResult:
-        """Append one prepared record; the caller has validated it."""
-        return self.append_batch([rec])
+        """Append one prepared record (the single-put fast path of append_batch)."""
+        size = rec.size
+        if size + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            store_ts = time.time_ns() // 1_000_000
+            self.begin_time_in_lock = store_ts
+            mf = self._writing
+            if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
+                self.begin_time_in_lock = 0
+                return self._append_locked_ts([rec], size, store_ts)
+            pos = mf.wrote_position
+            key = (rec.topic, rec.queue_id)
+            table = self.topic_queue_table
+            counted = (rec.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+            qoff = table.get(key, 0) if counted else 0
+            base = mf.file_from_offset
+            target = mf.write_buffer if mf.write_buffer is not None else mf.buf
+            mf.wrote_position = write_record(target, pos, rec, qoff, base + pos, store_ts)
+            mf.store_timestamp = store_ts
+            if counted:
+                table[key] = qoff + 1
+            self.begin_time_in_lock = 0
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, base + pos, size, store_ts,
+                                   qoff, 1, self.store_host_bytes, (size,))
+
+    def _append_locked_ts(self, recs, total, store_ts) -> AppendMessageResult:
+        self.begin_time_in_lock = store_ts
+        try:
+            return self._append_locked(recs, total, store_ts)
+        finally:
+            self.begin_time_in_lock = 0
 
     def append_batch(self, recs: list[PreparedRecord]) -> AppendMessageResult:
         """Append records of one topic and queue as one unit, all in one segment."""
@@ -85,21 +115,17 @@ class CommitLog:
         base = mf.file_from_offset
         wrote_offset = base + pos
         counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
-        ids = []
-        host = self.store_host_bytes
         q = qoff
         for rec in recs:
-            phys = base + pos
-            pos = write_record(target, pos, rec, q if counted else 0, phys, store_ts)
-            ids.append((host + phys.to_bytes(8, "big", signed=True)).hex().upper())
+            pos = write_record(target, pos, rec, q if counted else 0, base + pos, store_ts)
             if counted:
                 q += 1
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
         if counted:
             table[key] = q
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, ",".join(ids),
-                                   store_ts, qoff, len(recs))
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_ts, qoff,
+                                   len(recs), self.store_host_bytes, tuple(r.size for r in recs))
 
     def _writable_segment(self):
         mf = self._writing

@@ -48,18 +48,35 @@ class GetMessageStatus(enum.Enum):
 
 @dataclass(slots=True)
 class AppendMessageResult:
-    """What the CommitLog reports for one appended message or batch."""
+    """What the CommitLog reports for one appended message or batch. Message ids are made on
+    first use from the store host and the records' offsets (most callers never read them)."""
     status: AppendMessageStatus
     wrote_offset: int = 0
     wrote_bytes: int = 0
-    msg_id: str = ""
     store_timestamp: int = 0
     logics_offset: int = 0
     msg_num: int = 1
+    store_host: bytes = b""
+    record_sizes: tuple = ()
 
     @property
     def next_offset(self) -> int:
         return self.wrote_offset + self.wrote_bytes
+
+    @property
+    def msg_ids(self) -> list:
+        if not self.store_host:
+            return []
+        ids, offset = [], self.wrote_offset
+        for size in self.record_sizes or (self.wrote_bytes,):
+            ids.append((self.store_host + offset.to_bytes(8, "big", signed=True)).hex().upper())
+            offset += size
+        return ids
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id; comma-joined for a batch, as RocketMQ does."""
+        return ",".join(self.msg_ids)
 
 
 @dataclass(slots=True)

@@ -59,6 +59,7 @@ class MessageStore:
         self.commit_service: CommitService | None = None
         self.reput_service: ReputService | None = None
         self.recovery_report = None
+        self._sync_flush = config.is_sync_flush
         self.loaded = False
         self.running = False
         self.shut_down = False
@@ -166,13 +167,20 @@ class MessageStore:
         return None
 
     def put_message(self, msg) -> PutMessageResult:
-        status = self._check_store_status()
-        if status is not None:
-            return PutMessageResult(status)
-        rec = self.commitlog.prepare(msg)
-        if isinstance(rec, PutMessageStatus):
+        if not self.running or self.flags.bits or self.config.is_slave:
+            return PutMessageResult(self._check_store_status() or S.SERVICE_NOT_AVAILABLE)
+        commitlog = self.commitlog
+        rec = commitlog.prepare(msg)
+        if rec.__class__ is PutMessageStatus:
             return PutMessageResult(rec)
-        return self._append([rec], msg.wait_store_msg_ok)
+        if commitlog.begin_time_in_lock and commitlog.is_os_page_cache_busy():
+            return PutMessageResult(S.OS_PAGECACHE_BUSY)
+        result = commitlog.append(rec)
+        if result.status is not AppendMessageStatus.PUT_OK:
+            return self._append_failed(result)
+        if self._sync_flush and msg.wait_store_msg_ok:
+            return self._wait_flush(result)
+        return PutMessageResult(S.PUT_OK, result)
 
     def put_messages(self, msgs) -> PutMessageResult:
         """Append a batch (one topic and queue) as one unit: all of it or none."""
@@ -199,12 +207,20 @@ class MessageStore:
             return PutMessageResult(S.OS_PAGECACHE_BUSY)
         result = self.commitlog.append_batch(recs)
         if result.status is not AppendMessageStatus.PUT_OK:
-            if result.status is AppendMessageStatus.UNKNOWN_ERROR:
-                self._note_create_failure()
-            return PutMessageResult(append_status_to_put(result.status), result)
-        if self.config.is_sync_flush and wait:
-            if not self.flush_service.wait_flushed(result.next_offset, self.config.sync_flush_timeout):
-                return PutMessageResult(S.FLUSH_DISK_TIMEOUT, result)
+            return self._append_failed(result)
+        if self._sync_flush and wait:
+            return self._wait_flush(result)
+        return PutMessageResult(S.PUT_OK, result)
+
+    def _append_failed(self, result) -> PutMessageResult:
+        if result.status is AppendMessageStatus.UNKNOWN_ERROR:
+            self._note_create_failure()
+        return PutMessageResult(append_status_to_put(result.status), result)
+
+    def _wait_flush(self, result) -> PutMessageResult:
+        """SYNC_FLUSH: answer once the flushed position passes the record (group commit)."""
+        if not self.flush_service.wait_flushed(result.next_offset, self.config.sync_flush_timeout):
+            return PutMessageResult(S.FLUSH_DISK_TIMEOUT, result)
         return PutMessageResult(S.PUT_OK, result)
 
     def _note_create_failure(self) -> None:
