@@ -57,10 +57,16 @@ class Mapping:
         return libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(self.size)) == 0
 
     def close(self) -> None:
+        """Unmap and close. The descriptor is closed even when a live buffer export keeps the
+        mapping itself open (BufferError), which then goes when the export is released."""
         if self.buf is not None:
-            self.buf.close()
-            self.buf = None
-            os.close(self._fd)
+            buf, self.buf = self.buf, None
+            try:
+                buf.close()
+            except BufferError:
+                pass
+            finally:
+                os.close(self._fd)
 
     @property
     def closed(self) -> bool:
@@ -117,9 +123,16 @@ class FileOps:
             os.close(fd)
 
     def make_dirs(self, path: str) -> None:
-        if not os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
-            self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+        """Create `path` and any missing parents, fsyncing each new entry in its parent so
+        that a power cut cannot lose a directory whose files were made durable."""
+        path = os.path.abspath(path)
+        missing = []
+        while not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for d in reversed(missing):
+            os.makedirs(d, exist_ok=True)
+            self.fsync_dir(os.path.dirname(d))
 
     def remove_leftovers(self, directory: str) -> list[str]:
         """Delete `*.tmp` files an interrupted creation left behind; return their names."""
