@@ -5,6 +5,11 @@ it lands; `write_record` then packs it straight into a mapped segment with the q
 physical offset and store timestamp. `decode_message` reads a record back, and
 `check_record` is the recovery/dispatch parser that tells a valid record from a blank, a
 torn or a corrupt one.
+
+The body CRC covers only the body. So that recovery also notices a record whose tail a
+torn write zeroed, the CRC-checked parse refuses a topic containing a NUL (topics never
+contain one; puts refuse them) and non-empty properties ending in a NUL (RocketMQ 5.2+ ends
+them with the 0x02 separator, older versions with a value's last character).
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ _SYSFLAG = struct.Struct(">i")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
+_INT_FIELDS = struct.Struct(">iiiqq")   # FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED
 
 
 def _header_struct(born_len: int, store_len: int) -> struct.Struct:
@@ -99,7 +105,8 @@ def _topic_head(topic: str) -> bytes:
     head = _TOPICS.get(topic)
     if head is None:
         topic_b = topic.encode("utf-8")
-        head = bytes((len(topic_b),)) + topic_b if 0 < len(topic_b) <= MAX_TOPIC_BYTES else b""
+        legal = 0 < len(topic_b) <= MAX_TOPIC_BYTES and b"\x00" not in topic_b
+        head = bytes((len(topic_b),)) + topic_b if legal else b""
         if len(_TOPICS) < 65536:
             _TOPICS[topic] = head
     return head
@@ -141,7 +148,9 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         return PutMessageStatus.MESSAGE_ILLEGAL
     head = _topic_head(topic)
     body_len = len(body)
-    if not head or body_len > max_message_size or not 0 <= msg.queue_id < (1 << 31):
+    queue_id = msg.queue_id
+    if not head or body_len > max_message_size or queue_id.__class__ is not int \
+            or not 0 <= queue_id < (1 << 31):
         return PutMessageStatus.MESSAGE_ILLEGAL
     try:
         props_s, pairs, tags, keys = _properties_string(msg)
@@ -153,6 +162,8 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     if pairs * 2 != props_s.count("\x01") + props_s.count("\x02"):
         return PutMessageStatus.MESSAGE_ILLEGAL          # a separator inside a name or value
     try:
+        _INT_FIELDS.pack(msg.flag, msg.sys_flag, msg.reconsume_times, msg.born_timestamp,
+                         msg.prepared_transaction_offset)    # each must fit its Java field
         born, born_v6 = _host_bytes(msg.born_host)
         store, store_v6 = (store_host_bytes, len(store_host_bytes) == 20) if store_host_bytes \
             else _host_bytes(msg.store_host)
@@ -171,6 +182,30 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
         msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
         tags_code(tags), keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
+
+
+def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None):
+    """`prepare_record` for records that share every field of `msg` but the body (a batch sent
+    without per-message fields): the first is prepared in full, the others differ from it only
+    in body, CRC and size. Returns the list, or the PutMessageStatus that refuses one of them.
+    Sets `msg.body` to the first body."""
+    msg.body = bodies[0]
+    first = prepare_record(msg, max_message_size, store_host_bytes)
+    if first.__class__ is PutMessageStatus:
+        return first
+    out = [first]
+    fixed = first.size - len(first.body)
+    limit = min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed)
+    f = first
+    for body in bodies[1:]:
+        n = len(body)
+        if n > limit or not isinstance(body, (bytes, bytearray, memoryview)):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        out.append(PreparedRecord(
+            fixed + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
+            f.born_timestamp, f.born_host, f.store_host, f.reconsume_times, f.prepared_offset, body,
+            f.tail, f.topic, f.tags_code, f.keys, f.uniq_key))
+    return out
 
 
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
@@ -312,6 +347,8 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
         p += 2
         if props_len < 0 or p + props_len - pos != total:
             return RecordCheck.CORRUPT, total
+        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)):
+            return RecordCheck.CORRUPT, total              # a torn write's zeros (see module doc)
         props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
     except (struct.error, UnicodeDecodeError, IndexError, KeyError):
         return RecordCheck.CORRUPT, total

@@ -86,6 +86,8 @@ class ConsumeQueue:
                         self.topic, self.queue_id, cq_offset)
             self.queue.truncate_dirty_files(expect)
             max_bytes = expect
+        if max_bytes == 0:
+            self.min_logic_offset = expect                 # an empty queue starts at its first entry
         mf = self.queue.get_last_mapped_file(expect, create=True)
         if mf.file_from_offset + mf.wrote_position < expect:
             self._fill_blanks(mf, expect, first=max_bytes == 0)
@@ -176,6 +178,8 @@ class ConsumeQueue:
         for mf in reversed(self.queue.files):
             entries = self._file_entries(mf, mf.wrote_position)
             real = entries["size"] != BLANK_SIZE
+            if not real.any():
+                continue                                   # empty or blanks only: look further back
             beyond = np.flatnonzero(real & (entries["phys"] >= phys_offset))
             if len(beyond) == 0:
                 break

@@ -231,7 +231,11 @@ class AllocateService(ServiceThread):
     def allocate(self, path: str, next_path: str) -> None:
         with self._creating:
             if not os.path.exists(path):
-                self.fileops.create_file(path, self.file_size)
+                try:
+                    self.fileops.create_file(path, self.file_size)
+                except OSError as e:
+                    self.last_error = e                # the store reads it (ENOSPC: disk full)
+                    raise
         with self._lock:
             if next_path not in self._pending:
                 self._pending.append(next_path)

@@ -95,8 +95,16 @@ class MappedFile:
         pos = self.wrote_position
         if pos + len(data) > self.file_size:
             return False
-        target = self.write_buffer if self.write_buffer is not None else self.buf
-        target[pos:pos + len(data)] = data
+        if self.write_buffer is not None:
+            self.write_buffer[pos:pos + len(data)] = data
+        else:
+            buf = self.hold()                      # map it if nobody has yet
+            if buf is None:
+                return False
+            try:
+                buf[pos:pos + len(data)] = data
+            finally:
+                self.release()
         self.wrote_position = pos + len(data)
         return True
 

@@ -63,7 +63,7 @@ class Message:
 
     @property
     def wait_store_msg_ok(self) -> bool:
-        return self.properties.get(PROPERTY_WAIT, "true") != "false"
+        return (self.properties or {}).get(PROPERTY_WAIT, "true") != "false"
 
     def all_properties(self) -> dict:
         """The property map as stored: user properties plus TAGS and KEYS."""

@@ -168,7 +168,9 @@ class MessageStore:
 
     def put_message(self, msg) -> PutMessageResult:
         if not self.running or self.flags.bits or self.config.is_slave:
-            return PutMessageResult(self._check_store_status() or S.SERVICE_NOT_AVAILABLE)
+            status = self._check_store_status()            # some flags (NOT_READABLE) allow puts
+            if status is not None:
+                return PutMessageResult(status)
         commitlog = self.commitlog
         rec = commitlog.prepare(msg)
         if rec.__class__ is PutMessageStatus:
@@ -194,11 +196,13 @@ class MessageStore:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         recs = []
         for m in msgs:
-            if m.topic != first.topic or m.queue_id != first.queue_id or m.sys_flag & 0xC:
+            if m.topic != first.topic or m.queue_id != first.queue_id:
                 return PutMessageResult(S.MESSAGE_ILLEGAL)
             rec = self.commitlog.prepare(m)
             if isinstance(rec, PutMessageStatus):
                 return PutMessageResult(rec)
+            if rec.sys_flag & 0xC:                         # no transactions in a batch
+                return PutMessageResult(S.MESSAGE_ILLEGAL)
             recs.append(rec)
         return self._append(recs, first.wait_store_msg_ok)
 

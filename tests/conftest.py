@@ -1,0 +1,84 @@
+"""Shared fixtures of the engine tests: a tiny-store configuration factory and stores that are
+loaded, started and shut down at teardown.
+
+Every store here uses tiny segments (16 KiB CommitLog files, 50-entry consume-queue files,
+64 index slots and 512 index entries per file), so that rolling to a new segment, blank
+records at segment ends and many files happen in every test.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core.config import StoreConfig
+
+TINY = dict(
+    mapped_file_size_commitlog=4096 * 4,
+    mapped_file_size_consume_queue=20 * 50,
+    max_hash_slot_num=64,
+    max_index_num=512,
+    flush_interval_commitlog=10,
+    commit_interval_commitlog=10,
+    flush_interval_consume_queue=10,
+    flush_consume_queue_thorough_interval=50,
+)
+
+
+def _wait_until(condition, timeout: float = 10.0, interval: float = 0.001):
+    """Poll `condition()` until it is true or `timeout` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait_until():
+    """`wait_until(condition, timeout=10)`: poll with a deadline instead of sleeping."""
+    return _wait_until
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """`tiny_config(**overrides)`: a StoreConfig with tiny segments under tmp_path/store."""
+    def make(**overrides) -> StoreConfig:
+        values = dict(TINY, store_path_root_dir=str(tmp_path / "store"))
+        values.update(overrides)
+        return StoreConfig(**values)
+    return make
+
+
+@pytest.fixture
+def open_store():
+    """`open_store(config, start=True)`: a loaded (and started) MessageStore; every store
+    opened through it that is still running is shut down at teardown."""
+    from core.store import MessageStore
+    opened = []
+
+    def make(config: StoreConfig, start: bool = True, **kwargs) -> MessageStore:
+        store = MessageStore(config, **kwargs)
+        store.load()
+        opened.append(store)
+        if start:
+            store.start()
+        return store
+
+    yield make
+    for store in reversed(opened):
+        if not store.shut_down:
+            store.shutdown()
+
+
+@pytest.fixture
+def store(tiny_config, open_store):
+    """A started ASYNC_FLUSH store on tiny segments."""
+    return open_store(tiny_config())
+
+
+@pytest.fixture
+def sync_store(tiny_config, open_store):
+    """A started SYNC_FLUSH store on tiny segments."""
+    return open_store(tiny_config(flush_disk_type="SYNC_FLUSH"))

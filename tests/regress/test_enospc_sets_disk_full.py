@@ -1,0 +1,35 @@
+"""Regression: a segment the appender had to create itself (no segment ready ahead, e.g. the
+first one of a store) failing with ENOSPC answered CREATE_MAPPED_FILE_FAILED but never set
+DISK_FULL, because only the background allocator recorded its errors; the store kept trying
+to create a file on every put instead of refusing puts as not writable.
+
+The full disk is injected through the I/O seam: the real FileOps, whose create_file refuses
+CommitLog segments with ENOSPC once `full` is set.
+"""
+import errno
+import os
+
+from core.fileops import FileOps
+from core.message import Message
+from core.running_flags import DISK_FULL
+from core.status import PutMessageStatus
+
+
+class FullDisk(FileOps):
+    full = False
+
+    def create_file(self, path, size):
+        if self.full and os.sep + "commitlog" + os.sep in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return super().create_file(path, size)
+
+
+def test_enospc_on_the_first_segment_sets_disk_full(tiny_config, open_store):
+    fileops = FullDisk()
+    fileops.full = True
+    st = open_store(tiny_config(), fileops=fileops)
+    r = st.put_message(Message("T", b"x"))
+    assert r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    assert st.flags.is_set(DISK_FULL)
+    assert st.put_message(Message("T", b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert st.put_messages([Message("T", b"x")]).status is PutMessageStatus.SERVICE_NOT_AVAILABLE

@@ -1,0 +1,184 @@
+"""`Dispatcher.run`: reput over a CommitLog range into consume queues and the index. Records
+straddling the limit wait (PARTIAL), blanks jump to the next segment, an invalid record stops
+the run, transaction types choose what is queued and indexed, and a re-run is harmless."""
+from __future__ import annotations
+
+import pytest
+
+from core.codec import DispatchRequest
+from core.commitlog import CommitLog
+from core.consume_queue_store import ConsumeQueueStore
+from core.dispatch import Dispatcher, DispatchStop
+from core.fileops import REAL_FILE_OPS
+from core.index_service import IndexService
+from core.message import (
+    SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, Message,
+)
+
+SEG = 4096 * 4
+
+
+class Parts:
+    """A CommitLog, consume queues and an index on tiny segments, wired to a Dispatcher."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.log = CommitLog(cfg, REAL_FILE_OPS)
+        self.log.queue.load()
+        self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
+                                     REAL_FILE_OPS)
+        self.cqs.load()
+        self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num,
+                                  REAL_FILE_OPS)
+        self.index.load(True, 0)
+        self.arrived = []
+        self.dispatcher = Dispatcher(self.log, self.cqs, self.index, self.arrived.append)
+
+    def put(self, msg):
+        return self.log.append(self.log.prepare(msg))
+
+    def close(self):
+        self.index.shutdown()
+        self.cqs.shutdown()
+        self.log.shutdown()
+
+
+@pytest.fixture
+def parts(tiny_config):
+    p = Parts(tiny_config())
+    yield p
+    p.close()
+
+
+def test_dispatch_everything(parts):
+    res = [parts.put(Message("T", b"%d" % i, queue_id=i % 2, tags="t", keys="k%d" % i))
+           for i in range(10)]
+    end = parts.log.get_max_offset()
+    offset, stop = parts.dispatcher.run(0, end)
+    assert (offset, stop) == (end, DispatchStop.DONE)
+    assert parts.cqs.topic_queue_table() == {("T", 0): 5, ("T", 1): 5}
+    assert parts.cqs.find("T", 1).get_entry(2)[0] == res[5].wrote_offset
+    assert [r.commit_log_offset for r in parts.arrived] == [r.wrote_offset for r in res]
+    assert all(isinstance(r, DispatchRequest) for r in parts.arrived)
+    assert parts.index.query_offset("T", "k7", 10, 0, 1 << 62)[0] == [res[7].wrote_offset]
+    assert parts.dispatcher.last_store_timestamp == res[-1].store_timestamp
+
+
+def test_a_record_straddling_the_limit_waits(parts):
+    res = [parts.put(Message("T", b"x" * 100)) for _ in range(3)]
+    limit = res[1].wrote_offset + 50
+    offset, stop = parts.dispatcher.run(0, limit)
+    assert (offset, stop) == (res[1].wrote_offset, DispatchStop.PARTIAL)
+    assert parts.cqs.find("T", 0).get_max_offset_in_queue() == 1
+    offset, stop = parts.dispatcher.run(offset, parts.log.get_max_offset())
+    assert stop is DispatchStop.DONE
+    assert parts.cqs.find("T", 0).get_max_offset_in_queue() == 3
+
+
+def test_blank_jumps_to_the_next_segment(parts):
+    res = []
+    while len(parts.log.queue.files) < 3:
+        res.append(parts.put(Message("T", b"y" * 1500)))
+    end = parts.log.get_max_offset()
+    offset, stop = parts.dispatcher.run(0, end)
+    assert (offset, stop) == (end, DispatchStop.DONE)
+    cq = parts.cqs.find("T", 0)
+    assert [cq.get_entry(i)[0] for i in range(len(res))] == [r.wrote_offset for r in res]
+
+
+def test_run_stops_at_the_end_of_written_data(parts):
+    parts.put(Message("T", b"z"))
+    end = parts.log.get_max_offset()
+    offset, stop = parts.dispatcher.run(0, SEG)        # a limit past what is written
+    assert offset == end
+    assert stop is DispatchStop.PARTIAL                # the segment can still grow
+
+
+def test_run_stops_at_an_invalid_record(parts):
+    res = [parts.put(Message("T", b"w" * 100)) for _ in range(5)]
+    mf = parts.log.queue.files[0]
+    buf = parts.log.queue.hold(mf)
+    try:
+        buf[res[2].wrote_offset + 4] ^= 0xFF           # magic of the third record
+    finally:
+        mf.release()
+    offset, stop = parts.dispatcher.run(0, parts.log.get_max_offset())
+    assert (offset, stop) == (res[2].wrote_offset, DispatchStop.PARTIAL)
+    offset, stop = parts.dispatcher.run(0, parts.log.get_max_offset(), check_crc=True)
+    assert offset == res[2].wrote_offset
+    assert parts.cqs.find("T", 0).get_max_offset_in_queue() == 2
+
+
+def test_run_stops_at_a_crc_mismatch_only_when_checking(parts):
+    res = [parts.put(Message("T", b"v" * 100)) for _ in range(3)]
+    mf = parts.log.queue.files[0]
+    buf = parts.log.queue.hold(mf)
+    try:
+        buf[res[1].wrote_offset + 90] ^= 0x01          # a body byte
+    finally:
+        mf.release()
+    end = parts.log.get_max_offset()
+    assert parts.dispatcher.run(0, end, check_crc=True, apply=False) == (
+        res[1].wrote_offset, DispatchStop.INVALID)
+    assert parts.dispatcher.run(0, end, check_crc=False, apply=False) == (end, DispatchStop.DONE)
+
+
+def test_run_refuses_a_record_at_the_wrong_offset(parts):
+    res = [parts.put(Message("T", b"u" * 100)) for _ in range(3)]
+    mf = parts.log.queue.files[0]
+    buf = parts.log.queue.hold(mf)
+    try:
+        pos = res[1].wrote_offset + 28                 # PHYSICALOFFSET field
+        buf[pos:pos + 8] = (12345).to_bytes(8, "big")
+    finally:
+        mf.release()
+    offset, stop = parts.dispatcher.run(0, parts.log.get_max_offset())
+    assert (offset, stop) == (res[1].wrote_offset, DispatchStop.INVALID)
+
+
+def test_apply_false_only_walks(parts):
+    for _ in range(5):
+        parts.put(Message("T", b"t"))
+    end = parts.log.get_max_offset()
+    assert parts.dispatcher.run(0, end, apply=False) == (end, DispatchStop.DONE)
+    assert parts.cqs.queues == {}
+    assert parts.arrived == []
+
+
+def test_progress_is_reported_per_segment(parts):
+    while len(parts.log.queue.files) < 3:
+        parts.put(Message("T", b"p" * 2000))
+    seen = []
+    end = parts.log.get_max_offset()
+    parts.dispatcher.run(0, end, progress=seen.append)
+    assert seen[:2] == [SEG, 2 * SEG]
+    assert seen[-1] == end
+
+
+def test_transaction_types(parts):
+    parts.put(Message("T", b"normal", keys="n"))
+    parts.put(Message("T", b"prepared", keys="p", sys_flag=SYSFLAG_TRANSACTION_PREPARED))
+    parts.put(Message("T", b"commit", keys="c", sys_flag=SYSFLAG_TRANSACTION_COMMIT))
+    parts.put(Message("T", b"rollback", keys="r", sys_flag=SYSFLAG_TRANSACTION_ROLLBACK))
+    parts.dispatcher.run(0, parts.log.get_max_offset())
+    cq = parts.cqs.find("T", 0)
+    assert cq.get_max_offset_in_queue() == 2           # normal and commit only
+    for key, indexed in (("n", True), ("p", False), ("c", True), ("r", False)):
+        assert bool(parts.index.query_offset("T", key, 10, 0, 1 << 62)[0]) is indexed, key
+    assert len(parts.arrived) == 4
+
+
+def test_dispatching_twice_changes_nothing(parts):
+    for i in range(120):
+        parts.put(Message("T%d" % (i % 3), b"r" * 200, keys="k%d" % i))
+    end = parts.log.get_max_offset()
+    parts.dispatcher.run(0, end)
+    table = parts.cqs.topic_queue_table()
+    entries = {k: [cq.get_entry(i) for i in range(cq.get_max_offset_in_queue())]
+               for k, cq in parts.cqs.queues.items()}
+    hits = parts.index.query_offset("T1", "k4", 64, 0, 1 << 62)[0]
+    parts.dispatcher.run(0, end)
+    assert parts.cqs.topic_queue_table() == table
+    assert {k: [cq.get_entry(i) for i in range(cq.get_max_offset_in_queue())]
+            for k, cq in parts.cqs.queues.items()} == entries
+    assert parts.index.query_offset("T1", "k4", 64, 0, 1 << 62)[0] == hits
