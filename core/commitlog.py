@@ -38,6 +38,7 @@ class CommitLog:
         self.pool = pool
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self.begin_time_in_lock = 0
         self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
         self.max_message_size = config.max_message_size
@@ -54,23 +55,24 @@ class CommitLog:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
             store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
             mf = self._writing
             if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
-                self.begin_time_in_lock = 0
                 return self._append_locked_ts([rec], size, store_ts)
-            pos = mf.wrote_position
-            key = (rec.topic, rec.queue_id)
-            table = self.topic_queue_table
-            counted = (rec.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
-            qoff = table.get(key, 0) if counted else 0
-            base = mf.file_from_offset
-            target = mf.write_buffer if mf.write_buffer is not None else mf.buf
-            mf.wrote_position = write_record(target, pos, rec, qoff, base + pos, store_ts)
-            mf.store_timestamp = store_ts
-            if counted:
-                table[key] = qoff + 1
-            self.begin_time_in_lock = 0
+            self.begin_time_in_lock = store_ts
+            try:
+                pos = mf.wrote_position
+                key = (rec.topic, rec.queue_id)
+                table = self.topic_queue_table
+                counted = (rec.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+                qoff = table.get(key, 0) if counted else 0
+                base = mf.file_from_offset
+                target = mf.write_buffer if mf.write_buffer is not None else mf.buf
+                mf.wrote_position = write_record(target, pos, rec, qoff, base + pos, store_ts)
+                mf.store_timestamp = store_ts
+                if counted:
+                    table[key] = qoff + 1
+            finally:
+                self.begin_time_in_lock = 0
         return AppendMessageResult(AppendMessageStatus.PUT_OK, base + pos, size, store_ts,
                                    qoff, 1, self.store_host_bytes, (size,))
 
@@ -178,9 +180,14 @@ class CommitLog:
 
     # -- flush and commit ----------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
-        return self.queue.flush(least_pages)
+        with self._flush_lock:                      # the flush thread and MessageStore.flush
+            return self.queue.flush(least_pages)
 
     def commit(self, least_pages: int = 0) -> bool:
+        with self._flush_lock:
+            return self._commit(least_pages)
+
+    def _commit(self, least_pages: int) -> bool:
         result = self.queue.commit(least_pages)
         if self.pool is not None:
             for mf in self.queue.files:

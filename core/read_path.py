@@ -104,7 +104,7 @@ class StoreReader:
     def view_message_by_id(self, msg_id: str):
         try:
             _, phys = decode_message_id(msg_id)
-        except ValueError:
+        except (ValueError, TypeError, AttributeError):
             return None
         return self.look_message_by_offset(phys)
 

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import zmq
 
@@ -66,6 +67,10 @@ class ServiceLoop:
 
     def wait_for_running(self, timeout_ms: float) -> None:
         """Poll the service's sockets; a message is the wakeup. Ready sockets go to self.ready."""
+        if not self.poller.sockets:                 # nothing to wake on: just wait the interval
+            time.sleep(timeout_ms / 1000)
+            self.ready = {}
+            return
         try:
             self.ready = dict(self.poller.poll(timeout_ms))
         except zmq.ZMQError as e:
