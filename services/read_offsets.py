@@ -1,0 +1,90 @@
+"""Consumer group offsets, owned by the reader: `config/consumer_offsets.json`.
+
+The file has RocketMQ's consumerOffset.json shape, `{"offsetTable": {"topic@group":
+{"queue_id": offset, ...}}}`, so an operator who knows RocketMQ can read it. Commits change
+the table in memory; `persist_if_due` writes the whole file atomically
+(`FileOps.write_file_atomic`: tmp, fsync, rename, fsync the directory) at most every
+`min_interval` seconds, and `persist` at drain. A file that cannot be parsed is kept aside
+as `consumer_offsets.json.corrupt` and the table starts empty: the reader must come up.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from core.fileops import REAL_FILE_OPS, FileOps
+
+log = logging.getLogger(__name__)
+FILE_NAME = "consumer_offsets.json"
+
+
+class ConsumerOffsetStore:
+    def __init__(self, config_dir: str, fileops: FileOps = REAL_FILE_OPS, min_interval: float = 0.1):
+        self.path = os.path.join(config_dir, FILE_NAME)
+        self.fileops = fileops
+        self.min_interval = min_interval
+        self._table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        self._last_write = 0.0
+
+    def load(self) -> None:
+        try:
+            data = self.fileops.read_file(self.path)
+        except FileNotFoundError:
+            return
+        try:
+            table = json.loads(data)["offsetTable"]
+            self._table = {key: {int(q): int(o) for q, o in queues.items()}
+                           for key, queues in table.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("%s cannot be read (%s); kept as %s.corrupt, starting empty", self.path, e,
+                      FILE_NAME)
+            self.fileops.write_file_atomic(self.path + ".corrupt", data)
+            self._table = {}
+
+    @staticmethod
+    def _key(group: str, topic: str) -> str:
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        queues = self._table.setdefault(self._key(group, topic), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self._dirty = True
+
+    def fetch(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, -1 when the group never committed one for this queue."""
+        return self._table.get(self._key(group, topic), {}).get(queue_id, -1)
+
+    def group_offsets(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self._table.get(self._key(group, topic), {}))
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def due_in(self, now: float | None = None) -> float | None:
+        """Seconds until a pending write may happen; None when nothing is pending."""
+        if not self._dirty:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, self._last_write + self.min_interval - now)
+
+    def persist_if_due(self, now: float | None = None) -> bool:
+        due = self.due_in(now)
+        if due is None or due > 0:
+            return False
+        self.persist()
+        return True
+
+    def persist(self) -> None:
+        if not self._dirty:
+            return
+        table = {key: {str(q): o for q, o in sorted(queues.items())}
+                 for key, queues in sorted(self._table.items())}
+        self.fileops.make_dirs(os.path.dirname(self.path))
+        self.fileops.write_file_atomic(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
+        self._dirty = False
+        self._last_write = time.monotonic()

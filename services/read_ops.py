@@ -1,0 +1,263 @@
+"""The reader's operations, one handler per op of docs/PROTOCOL.md's reader table, over the
+read-only views (core.readonly_views) and the read logic of core.read_path.
+
+`ReadOps.register(handlers)` puts them into a `ipc.protocol.Handlers` table. A `pull` that
+finds nothing and asks for long polling is handed to the `hold` callback (the reader's
+hold table) and answered later; every other op answers at once. Bad input raises
+`ProtocolError` inside a handler, which the table turns into an error reply.
+
+Decisions the protocol leaves open:
+- A queue is known when topics.json lists its topic with more queues than its id, or when
+  its consume-queue directory exists. A pull on a known queue with no data yet answers
+  NO_MESSAGE_IN_QUEUE (RocketMQ creates the queue on demand); on an unknown one
+  NO_MATCHED_LOGIC_QUEUE, which is not held. Queries on unknown topics answer NOT_FOUND.
+- `consumer_lag` counts from the queue's min offset when the group never committed one.
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+from core.message import decode_message_id
+from core.status import GetMessageResult, GetMessageStatus
+from core.topics import topic_name_problem
+from ipc.control_block import Word
+from ipc.protocol import OK, ErrorCode, ProtocolError, field, reply
+from services.read_longpoll import PullRequest
+from services.read_meta import MetaEncoder
+from services.read_pull import BatchStoreReader
+
+S = GetMessageStatus
+MAX_PULL_MSGS = 1024
+MAX_POLL_MS = 600_000
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def _name(env: dict, key: str, code: ErrorCode = ErrorCode.BAD_TOPIC) -> str:
+    value = field(env, key, str)
+    problem = topic_name_problem(value)
+    if problem:
+        raise ProtocolError(code, f"{key}: {problem}")
+    return value
+
+
+def _queue_id(env: dict, default=...) -> int:
+    return field(env, "queue_id", int, default, minimum=0, maximum=INT32_MAX)
+
+
+def parse_pull(env: dict) -> PullRequest:
+    fmt = field(env, "format", str, "fields")
+    if fmt not in ("fields", "raw"):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'format' must be 'fields' or 'raw', got {fmt!r}")
+    return PullRequest(
+        group=_name(env, "group", ErrorCode.BAD_FIELD), topic=_name(env, "topic"),
+        queue_id=_queue_id(env), offset=field(env, "offset", int, minimum=0, maximum=INT64_MAX),
+        max_msgs=field(env, "max_msgs", int, 32, minimum=1, maximum=MAX_PULL_MSGS),
+        tag_filter=field(env, "tag_filter", str, None),
+        poll_ms=field(env, "poll_ms", int, 0, minimum=0, maximum=MAX_POLL_MS), raw=fmt == "raw")
+
+
+def wait_cursor(result, offset: int) -> int | None:
+    """Where a held pull resumes, or None when `result` is an answer to send now."""
+    status = result.status
+    if status is S.NO_MESSAGE_IN_QUEUE or status is S.OFFSET_OVERFLOW_ONE:
+        return offset
+    if status is S.NO_MATCHED_MESSAGE and result.next_begin_offset >= result.max_offset:
+        return result.next_begin_offset                  # scanned to the end, nothing matched
+    return None
+
+
+class ReadOps:
+    def __init__(self, config, cb, commitlog, cq_store, index, offsets, topics, hold=None):
+        self.config = config
+        self.cb = cb
+        self.commitlog = commitlog
+        self.cqs = cq_store
+        self.offsets = offsets
+        self.topics = topics                         # core.topics.TopicTable
+        self.hold = hold                             # callable(peer, rid, request, result, cursor)
+        self.store_reader = BatchStoreReader(config, commitlog, cq_store, index)
+        self.encoder = MetaEncoder()
+
+    def register(self, handlers) -> None:
+        for name in ("pull", "query_by_key", "view_by_id", "look_by_offset", "offset_by_time",
+                     "queue_offsets", "commit_offset", "fetch_offset", "consumer_lag", "topics",
+                     "topic_info"):
+            handlers.op(name)(getattr(self, "op_" + name))
+
+    # -- queues --------------------------------------------------------------------------
+    def queue_count(self, topic: str) -> int:
+        on_disk = self.cqs.topic_queue_ids(topic)
+        return max(self.topics.get(topic) or 0, on_disk[-1] + 1 if on_disk else 0)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return list(range(self.queue_count(topic)))
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return queue_id < self.queue_count(topic)
+
+    def find_fresh(self, topic: str, queue_id: int):
+        """The queue's view with its max offset brought up to DISPATCHED."""
+        cq = self.cqs.find(topic, queue_id)
+        if cq is not None:
+            dispatched = self.cb.get(Word.DISPATCHED)
+            if dispatched != cq.checked_dispatched:
+                cq.refresh_max(dispatched)
+        return cq
+
+    def _known_queue_ids(self, topic: str) -> list[int]:
+        ids = self.queue_ids(topic)
+        if not ids:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
+        return ids
+
+    # -- pull ----------------------------------------------------------------------------
+    def run_pull(self, req: PullRequest, offset: int):
+        cq = self.cqs.find(req.topic, req.queue_id)
+        if cq is None:
+            if self.has_queue(req.topic, req.queue_id):
+                return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            return GetMessageResult(S.NO_MATCHED_LOGIC_QUEUE, 0)
+        if offset >= cq.max_entries:                # nothing known past it: look again
+            dispatched = self.cb.get(Word.DISPATCHED)
+            if dispatched != cq.checked_dispatched:
+                cq.refresh_max(dispatched)
+        return self.store_reader.get_message(req.group, req.topic, req.queue_id, offset,
+                                             req.max_msgs, req.tag_filter)
+
+    def pull_reply(self, rid: int, req: PullRequest, result) -> list:
+        fields = {"next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
+                  "max_offset": result.max_offset, "count": result.message_count}
+        chunks = getattr(result, "chunks", None)
+        if req.raw:
+            frame = result.raw() if chunks else b""
+        else:
+            fields["messages"], frame = self.encoder.encode(chunks or ())
+        return reply(rid, result.status.value, fields, [frame])
+
+    def op_pull(self, env, frames, peer):
+        req = parse_pull(env)
+        result = self.run_pull(req, req.offset)
+        if req.poll_ms > 0 and self.hold is not None:
+            cursor = wait_cursor(result, req.offset)
+            if cursor is not None:
+                self.hold(peer, env.get("rid", 0), req, result, cursor)
+                return None
+        return self.pull_reply(env.get("rid", 0), req, result)
+
+    # -- lookups -------------------------------------------------------------------------
+    def _messages_reply(self, rid: int, records: list) -> list:
+        metas, bodies = self.encoder.encode(records)
+        return reply(rid, OK, {"messages": metas}, [bodies])
+
+    def _record_at(self, phys: int):
+        """(record, metadata) of the whole record that starts at `phys` below CONFIRM, or None."""
+        rec = self.commitlog.look_record(phys)
+        if rec is None:
+            return None
+        try:
+            metas, _ = self.encoder.encode([rec])
+        except (ValueError, IndexError, struct.error):           # not a record
+            return None
+        return (rec, metas[0]) if metas[0]["phys_offset"] == phys else None
+
+    def op_look_by_offset(self, env, frames, peer):
+        phys = field(env, "phys_offset", int, minimum=0, maximum=INT64_MAX)
+        found = self._record_at(phys)
+        if found is None:
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no message at physical offset {phys}")
+        return self._messages_reply(env.get("rid", 0), [found[0]])
+
+    def op_view_by_id(self, env, frames, peer):
+        msg_id = field(env, "msg_id", str)
+        try:
+            _, phys = decode_message_id(msg_id)
+        except ValueError:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'msg_id' is not an offset message id: "
+                                                     f"{msg_id!r}") from None
+        found = self._record_at(phys) if phys >= 0 else None
+        if found is None or found[1]["msg_id"] != msg_id.upper():
+            raise ProtocolError(ErrorCode.NOT_FOUND, f"no message with id {msg_id}")
+        return self._messages_reply(env.get("rid", 0), [found[0]])
+
+    def op_query_by_key(self, env, frames, peer):
+        topic = _name(env, "topic")
+        key = field(env, "key", str)
+        if not key:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "field 'key' is empty")
+        max_num = field(env, "max_num", int, self.config.default_query_max_num, minimum=1,
+                        maximum=INT32_MAX)
+        begin = field(env, "begin_ts", int, 0, minimum=0, maximum=INT64_MAX)
+        end = field(env, "end_ts", int, time.time_ns() // 1_000_000, minimum=0, maximum=INT64_MAX)
+        self._known_queue_ids(topic)
+        found = self.store_reader.query_message(topic, key, max_num, begin, end)
+        records = [hit[0] for hit in (self._record_at(m.commit_log_offset) for m in found.messages)
+                   if hit is not None]
+        return self._messages_reply(env.get("rid", 0), records)
+
+    def op_offset_by_time(self, env, frames, peer):
+        topic, queue_id = _name(env, "topic"), _queue_id(env)
+        timestamp = field(env, "timestamp", int, minimum=0, maximum=INT64_MAX)
+        cq = self.find_fresh(topic, queue_id)
+        if cq is None:
+            if not self.has_queue(topic, queue_id):
+                raise ProtocolError(ErrorCode.NOT_FOUND, f"unknown queue {topic}:{queue_id}")
+            return reply(env.get("rid", 0), OK, {"offset": 0})
+        offset = self.store_reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        return reply(env.get("rid", 0), OK, {"offset": offset})
+
+    def _bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        cq = self.find_fresh(topic, queue_id)
+        if cq is None:
+            return 0, 0
+        return cq.get_min_offset_in_queue(), cq.max_entries
+
+    def op_queue_offsets(self, env, frames, peer):
+        topic = _name(env, "topic")
+        queue_id = _queue_id(env, None)
+        ids = self._known_queue_ids(topic)
+        if queue_id is not None:
+            if queue_id not in ids:
+                raise ProtocolError(ErrorCode.NOT_FOUND, f"unknown queue {topic}:{queue_id}")
+            ids = [queue_id]
+        queues = []
+        for qid in ids:
+            lo, hi = self._bounds(topic, qid)
+            queues.append({"queue_id": qid, "min_offset": lo, "max_offset": hi})
+        return reply(env.get("rid", 0), OK, {"queues": queues})
+
+    # -- consumer offsets ----------------------------------------------------------------
+    def op_commit_offset(self, env, frames, peer):
+        group, topic = _name(env, "group", ErrorCode.BAD_FIELD), _name(env, "topic")
+        queue_id = _queue_id(env)
+        offset = field(env, "offset", int, minimum=0, maximum=INT64_MAX)
+        self.offsets.commit(group, topic, queue_id, offset)
+        return reply(env.get("rid", 0), OK)
+
+    def op_fetch_offset(self, env, frames, peer):
+        group, topic = _name(env, "group", ErrorCode.BAD_FIELD), _name(env, "topic")
+        queue_id = _queue_id(env)
+        return reply(env.get("rid", 0), OK, {"offset": self.offsets.fetch(group, topic, queue_id)})
+
+    def op_consumer_lag(self, env, frames, peer):
+        group, topic = _name(env, "group", ErrorCode.BAD_FIELD), _name(env, "topic")
+        committed = self.offsets.group_offsets(group, topic)
+        queues, total = [], 0
+        for qid in self._known_queue_ids(topic):
+            lo, hi = self._bounds(topic, qid)
+            mine = committed.get(qid, -1)
+            lag = max(0, hi - (mine if mine >= 0 else lo))
+            total += lag
+            queues.append({"queue_id": qid, "consumer_offset": mine, "max_offset": hi, "lag": lag})
+        return reply(env.get("rid", 0), OK, {"queues": queues, "total_lag": total})
+
+    # -- topics --------------------------------------------------------------------------
+    def op_topics(self, env, frames, peer):
+        names = set(self.topics.topics) | set(self.cqs.topic_names())
+        topics = [{"topic": t, "queues": self.queue_count(t)} for t in sorted(names)]
+        return reply(env.get("rid", 0), OK, {"topics": topics})
+
+    def op_topic_info(self, env, frames, peer):
+        topic = _name(env, "topic")
+        return reply(env.get("rid", 0), OK, {"topic": topic, "queues": len(self._known_queue_ids(topic))})

@@ -1,0 +1,240 @@
+"""The reader process: serves pulls, queries and consumer offsets (docs/PROTOCOL.md, reader
+table) on a ROUTER at the `reader` tcp endpoint of run/endpoints.json.
+
+It writes no store file: the CommitLog, consume queues and index are read-only views
+(core.readonly_views) that pick up segments the other processes create. Each loop it reads
+CONFIRM (nothing past it is ever served), MIN_PHY and TOPICS_VERSION from the control block,
+takes the reput process's arrivals from its SUB socket (`reput.pub`), serves every waiting
+request, and wakes held pulls:
+- a pull that finds nothing with `poll_ms` > 0 is held (services.read_longpoll) and run
+  again when an arrival moves its queue past the pull's cursor; it is answered when it finds
+  something or at its deadline (with what is there then);
+- as a safety net for arrivals missed (a restarted reput, the SUB socket still connecting),
+  held queues are re-scanned every `SWEEP_S` when DISPATCHED moved.
+Consumer offsets go to config/consumer_offsets.json at most every 100 ms and at drain.
+
+Usage (started by the supervisor): python -m services.reader --store ROOT
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import os
+import time
+
+import zmq
+
+from core.readonly_views import CommitLogView, ConsumeQueueStoreView, IndexView
+from core.status import GetMessageResult, GetMessageStatus
+from core.topics import TopicTable, TopicTableError
+from ipc.control_block import Word
+from ipc.protocol import ErrorCode, Handlers, error_reply, unpack
+from ipc.sockets import ipc_endpoint, make_socket
+from services.base import ServiceLoop, run_service
+from services.read_longpoll import HeldPull, PullHoldTable
+from services.read_offsets import ConsumerOffsetStore
+from services.read_ops import ReadOps, wait_cursor
+
+log = logging.getLogger("reader")
+MAX_REQUESTS_PER_WAKEUP = 512
+SWEEP_S = 0.05
+BIND_RETRY_S = 10.0
+
+
+class Reader(ServiceLoop):
+    name = "reader"
+    interval_ms = 50
+
+    def setup(self) -> None:
+        cfg, cb = self.config, self.cb
+        self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
+                                       cfg.max_mapped_files)
+        self.cqs = ConsumeQueueStoreView(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
+                                         dispatched=lambda: cb.get(Word.DISPATCHED),
+                                         min_phy=lambda: cb.get(Word.MIN_PHY))
+        self.index = (IndexView(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num,
+                                cfg.max_msgs_num_batch) if cfg.message_index_enable else None)
+        self.offsets = ConsumerOffsetStore(cfg.config_dir)
+        self.offsets.load()
+        self.topics = TopicTable(os.path.join(cfg.config_dir, "topics.json"))
+        self._topics_version = None
+        self.holds = PullHoldTable()
+        self.ops = ReadOps(cfg, cb, self.commitlog, self.cqs, self.index, self.offsets,
+                           self.topics, self._hold)
+        self.handlers = Handlers()
+        self.ops.register(self.handlers)
+        self._sync_bounds()
+        self._swept_dispatched = -1
+        self._next_sweep = 0.0
+        self.sub = make_socket(self.ctx, zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(ipc_endpoint(self.run_dir, "reput.pub"))
+        self.router = make_socket(self.ctx, zmq.ROUTER)
+        self._bind(self.router, self._endpoint())
+        self.poller.register(self.sub, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+
+    def _endpoint(self) -> str:
+        with open(os.path.join(self.run_dir, "endpoints.json")) as f:
+            return json.load(f)["reader"]
+
+    @staticmethod
+    def _bind(sock, endpoint: str) -> None:
+        """Bind, retrying while a previous reader's port is still being released."""
+        deadline = time.monotonic() + BIND_RETRY_S
+        while True:
+            try:
+                sock.bind(endpoint)
+                return
+            except zmq.ZMQError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    # -- the loop ------------------------------------------------------------------------
+    def wait_for_running(self, timeout_ms: float) -> None:
+        now = time.monotonic()
+        wait = timeout_ms / 1000
+        deadline = self.holds.next_deadline()
+        if deadline is not None:
+            wait = min(wait, deadline - now, SWEEP_S)
+        due = self.offsets.due_in(now)
+        if due is not None:
+            wait = min(wait, due)
+        super().wait_for_running(max(0, math.ceil(wait * 1000)))
+
+    def run_once(self) -> None:
+        woken = self._take_arrivals() if self.sub in self.ready else {}
+        self._sync_bounds()
+        if self.router in self.ready:
+            self._serve()
+        if len(self.holds):
+            now = time.monotonic()
+            for key, max_offset in woken.items():
+                self._wake(key, max_offset)
+            self._sweep(now)
+            self._rerun(self.holds.take_expired(now), final=True)
+        self.offsets.persist_if_due()
+
+    def _sync_bounds(self) -> None:
+        cb = self.cb
+        self.commitlog.set_min(cb.get(Word.MIN_PHY))
+        self.commitlog.set_end(cb.get(Word.CONFIRM))
+        version = cb.get(Word.TOPICS_VERSION)
+        if version != self._topics_version:
+            self._topics_version = version
+            try:
+                self.topics.reload_if_changed()
+            except (OSError, TopicTableError) as e:
+                log.error("topics.json not reloaded, keeping the previous table: %s", e)
+
+    def _serve(self) -> None:
+        router, handlers = self.router, self.handlers
+        for _ in range(MAX_REQUESTS_PER_WAKEUP):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            peer = frames[0]
+            out = handlers.handle(frames[1:], peer, log)
+            if out is not None:
+                self._send(peer, out)
+
+    def _send(self, peer: bytes, frames: list) -> None:
+        try:
+            self.router.send_multipart([peer, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as e:
+            if e.errno not in (errno.EHOSTUNREACH, errno.EAGAIN):
+                raise
+            log.warning("reply to a gone or full peer dropped (%s)", e.strerror)
+
+    # -- arrivals and long polling -------------------------------------------------------
+    def _take_arrivals(self) -> dict:
+        """Raise the known max offset of each queue named in the arrivals; return those with
+        held pulls and their new max."""
+        woken = {}
+        queues, held = self.cqs.queues, self.holds
+        while True:
+            try:
+                msg = self.sub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return woken
+            try:
+                arrivals = unpack(msg)["arrivals"]
+                for topic, queue_id, max_offset in arrivals:
+                    cq = queues.get((topic, queue_id))
+                    if cq is not None:
+                        cq.learn_max(max_offset)
+                    if held.has((topic, queue_id)):
+                        woken[topic, queue_id] = max(woken.get((topic, queue_id), 0), max_offset)
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring a malformed arrivals message: %s", e)
+
+    def _hold(self, peer, rid, request, result, cursor) -> None:
+        deadline = time.monotonic() + request.poll_ms / 1000
+        self.holds.hold(HeldPull(peer, rid, request, cursor, deadline))
+
+    def _wake(self, key, max_offset: int) -> None:
+        cq = self.cqs.find(*key)
+        if cq is not None:
+            cq.learn_max(max_offset)
+            self._rerun(self.holds.take(key, cq.max_entries))
+
+    def _sweep(self, now: float) -> None:
+        dispatched = self.cb.get(Word.DISPATCHED)
+        if dispatched == self._swept_dispatched or now < self._next_sweep:
+            return
+        self._swept_dispatched, self._next_sweep = dispatched, now + SWEEP_S
+        for key in self.holds.queues():
+            cq = self.cqs.find(*key)
+            if cq is not None:
+                cq.refresh_max(dispatched)
+                self._rerun(self.holds.take(key, cq.max_entries))
+
+    def _rerun(self, pulls, final: bool = False) -> None:
+        """Run held pulls again; answer those that found something (or all, when `final`)."""
+        for pull in pulls:
+            try:
+                frames = self._answer(pull, final)
+            except Exception as e:                       # a bug: answer, log, keep serving
+                log.exception("held pull failed")
+                frames = error_reply(pull.rid, ErrorCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            if frames is not None:
+                self._send(pull.peer, frames)
+
+    def _answer(self, pull: HeldPull, final: bool) -> list | None:
+        """The reply to a held pull, or None when it is held again."""
+        req = pull.request
+        result = self.ops.run_pull(req, pull.cursor)
+        cursor = wait_cursor(result, pull.cursor)
+        if cursor is not None and not final and time.monotonic() < pull.deadline:
+            pull.cursor = cursor
+            self.holds.hold(pull)
+            return None
+        if cursor is not None and cursor > req.offset:
+            # Entries from the requested offset to `cursor` matched no tag: say so, so that
+            # the consumer moves past them.
+            result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, cursor,
+                                      result.min_offset, result.max_offset)
+        return self.ops.pull_reply(pull.rid, req, result)
+
+    # -- stop ----------------------------------------------------------------------------
+    def drain(self) -> None:
+        self._sync_bounds()
+        self._rerun(self.holds.take_all(), final=True)
+        self.offsets.persist()
+
+    def close(self) -> None:
+        for sock in (self.router, self.sub):
+            self.poller.unregister(sock)
+            sock.close(0)
+        for view in (self.commitlog, self.cqs, self.index):
+            if view is not None:
+                view.shutdown()
+        super().close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Reader))

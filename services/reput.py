@@ -1,0 +1,208 @@
+"""The reput process (RocketMQ's ReputMessageService): the only writer of consumequeue/ and
+index/. It dispatches the CommitLog range [DISPATCHED, CONFIRM) with core.dispatch.Dispatcher
+over a read-only CommitLog view, into core.ConsumeQueueStore and core.IndexService.
+
+Each loop (every millisecond, as RocketMQ's) dispatches at most `CHUNK` bytes, raises
+DISPATCHED, and publishes one `{"arrivals": [[topic, queue_id, max_offset], ...]}` on the
+PUB socket `reput.pub` (one entry per queue that grew, with its new max offset) for the
+reader's long polling. Consume queues are flushed every `flush_interval_consume_queue` ms
+with `flush_consume_queue_least_pages`; every `flush_consume_queue_thorough_interval` ms and
+at drain, queues and index are flushed whole and then DISPATCHED_DURABLE, LOGICS_TS and
+INDEX_TS are raised (the flusher copies them into the checkpoint).
+
+A (re)started reput resumes from DISPATCHED_DURABLE, what is known to be on disk: it loads
+and recovers the queues and the index, and dispatching the range again is idempotent (an
+entry already there is skipped, an index key already there is not added twice). When that
+leaves it more than `CATCH_UP_BYTES` (or four CommitLog segments, if less) behind, it reports
+RECOVERING with progress while it catches up, before it reports RUNNING.
+
+Usage (started by the supervisor): python -m services.reput --store ROOT
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import zmq
+
+from core.consume_queue import UNIT_SIZE
+from core.consume_queue_store import ConsumeQueueStore
+from core.dispatch import Dispatcher, DispatchStop
+from core.fileops import REAL_FILE_OPS
+from core.index_service import IndexService
+from core.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT
+from core.readonly_views import CommitLogView
+from ipc.control_block import ServiceState, Word
+from ipc.protocol import pack
+from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
+from services.base import ServiceLoop, run_service
+
+log = logging.getLogger("reput")
+CHUNK = 4 << 20
+CATCH_UP_BYTES = 64 << 20
+_CQ_TYPES = (SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_COMMIT)
+
+
+class Reput(ServiceLoop):
+    name = "reput"
+    interval_ms = 1
+
+    def setup(self) -> None:
+        cfg, cb = self.config, self.cb
+        self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
+                                       cfg.max_mapped_files)
+        self.cq_store = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
+                                          REAL_FILE_OPS)
+        self.cq_store.load()
+        self.cq_store.recover()
+        self.cq_store.correct_min_offset(max(cb.get(Word.MIN_PHY), 0))
+        reflush_from(self.cq_store, cb.get(Word.DISPATCHED_DURABLE))
+        self.index = None
+        if cfg.message_index_enable:
+            self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num,
+                                      REAL_FILE_OPS, cfg.max_msgs_num_batch)
+            self.index.load(True, cb.get(Word.INDEX_TS))
+        self.arrivals: dict[tuple[str, int], int] = {}
+        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index, self._arrived)
+        self.reput_from = max(cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.MIN_PHY))
+        self._invalid_at = -1
+        self._moved = False
+        now = time.monotonic()
+        self._last_cq_flush = self._last_thorough = now
+        self.pub = make_socket(self.ctx, zmq.PUB)
+        bind_ipc(self.pub, ipc_endpoint(self.run_dir, "reput.pub"))
+        log.info("reput starts at %d (CONFIRM %d, DISPATCHED %d)", self.reput_from,
+                 cb.get(Word.CONFIRM), cb.get(Word.DISPATCHED))
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        start = self.reput_from
+        total = self.cb.get(Word.CONFIRM) - start
+        if total <= min(CATCH_UP_BYTES, 4 * self.config.mapped_file_size_commitlog):
+            return
+        self.set_state(ServiceState.RECOVERING, done=0, total=total)
+        while not self.stopped and self.dispatch_once():
+            self.report_progress(self.reput_from - start, total)
+            self._flush_due()
+        self.report_progress(self.reput_from - start, total)
+
+    # -- dispatch ------------------------------------------------------------------------
+    def _arrived(self, req) -> None:
+        if (req.sys_flag & SYSFLAG_TRANSACTION_MASK) in _CQ_TYPES:
+            self.arrivals[req.topic, req.queue_id] = req.consume_queue_offset + 1
+
+    def dispatch_once(self) -> bool:
+        """Dispatch up to CHUNK bytes below CONFIRM; True when it moved."""
+        cb = self.cb
+        min_phy = cb.get(Word.MIN_PHY)
+        if self.reput_from < min_phy:
+            log.warning("reput jumps from %d to the log's first byte %d", self.reput_from, min_phy)
+            self.reput_from = min_phy
+        confirm = cb.get(Word.CONFIRM)
+        start = self.reput_from
+        if start >= confirm:
+            return False
+        self.commitlog.set_min(min_phy)
+        self.commitlog.set_end(confirm)
+        limit = min(confirm, start + CHUNK)
+        reached, stop = self.dispatcher.run(start, limit)
+        if reached == start and limit < confirm:            # one record larger than CHUNK
+            reached, stop = self.dispatcher.run(start, confirm)
+        if stop == DispatchStop.INVALID and reached < confirm and reached != self._invalid_at:
+            self._invalid_at = reached
+            log.error("no valid record at %d below CONFIRM %d; dispatch waits there", reached, confirm)
+        self.reput_from = reached
+        cb.raise_to(Word.DISPATCHED, reached)
+        self._publish()
+        return reached > start
+
+    def _publish(self) -> None:
+        if not self.arrivals:
+            return
+        msg = pack({"arrivals": [[t, q, m] for (t, q), m in self.arrivals.items()]})
+        self.arrivals = {}
+        try:
+            self.pub.send(msg, zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("arrivals dropped: the reader is not keeping up")
+
+    # -- the loop ------------------------------------------------------------------------
+    def wait_for_running(self, timeout_ms: float) -> None:
+        """Sleep the interval unless there is more to dispatch. This process polls no socket
+        (CONFIRM is a shared word), and zmq.Poller.poll with nothing registered returns at
+        once instead of waiting."""
+        self.ready = {}
+        if not (self._moved and self.cb.get(Word.CONFIRM) > self.reput_from):
+            time.sleep(timeout_ms / 1000)
+
+    def run_once(self) -> None:
+        self._moved = self.dispatch_once()
+        self._flush_due()
+
+    def _flush_due(self) -> None:
+        now = time.monotonic()
+        cfg = self.config
+        if now - self._last_cq_flush < cfg.flush_interval_consume_queue / 1000:
+            return
+        self._last_cq_flush = now
+        if now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval / 1000:
+            self._last_thorough = now
+            self.persist()
+        else:
+            self.cq_store.flush(cfg.flush_consume_queue_least_pages)
+
+    def persist(self) -> None:
+        """Flush queues and index whole, then say how far they are durable."""
+        dispatched = self.reput_from
+        timestamp = self.dispatcher.last_store_timestamp
+        self.cq_store.flush(0)
+        if self.index is not None:
+            self.index.flush()
+        cb = self.cb
+        cb.raise_to(Word.DISPATCHED_DURABLE, dispatched)
+        if timestamp:
+            cb.raise_to(Word.LOGICS_TS, timestamp)
+        if self.index is not None:
+            cb.raise_to(Word.INDEX_TS, self.index.last_flushed_index_timestamp)
+
+    def drain(self) -> None:
+        while self.dispatch_once():
+            self.cb.heartbeat(self.name)
+        self.persist()
+        log.info("drained: dispatched and durable up to %d (CONFIRM %d)", self.reput_from,
+                 self.cb.get(Word.CONFIRM))
+
+    def close(self) -> None:
+        self.pub.close(0)
+        if self.index is not None:
+            self.index.shutdown()
+        self.cq_store.shutdown()
+        self.commitlog.shutdown()
+        super().close()
+
+
+def reflush_from(cq_store, durable: int) -> None:
+    """Entries for records at or past `durable` may have been written by a reput that died
+    before flushing them: they are in the page cache, and `ConsumeQueue.recover` counted them
+    as flushed. Move each queue's flushed position back to its first such entry, so that the
+    next full flush makes them durable before DISPATCHED_DURABLE passes them."""
+    for cq in cq_store.queues.values():
+        lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = cq.get_entry(mid)
+            if entry is not None and entry[0] < durable:
+                lo = mid + 1
+            else:
+                hi = mid
+        queue, offset = cq.queue, lo * UNIT_SIZE
+        if offset >= queue.flushed_where:
+            continue
+        for mf in queue.files:
+            if mf.file_from_offset + mf.file_size > offset:
+                mf.flushed_position = min(mf.flushed_position, max(0, offset - mf.file_from_offset))
+        queue.flushed_where = offset
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Reput))
