@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from array import array
 from functools import lru_cache
+from operator import mul
 
 _INT_MIN = -(1 << 31)
 _MASK = 0xFFFFFFFF
@@ -21,13 +22,25 @@ def _utf16_units(s: str) -> array:
     return units
 
 
+_POWERS = [pow(31, k, 1 << 32) for k in range(256)]     # 31^k mod 2^32, k ascending
+_POWERS_DESC = _POWERS[::-1]
+
+
+def _hash_units(units) -> int:
+    """sum(u[i] * 31^(n-1-i)) mod 2^32, with the products summed in C rather than a Python loop."""
+    n = len(units)
+    if n <= len(_POWERS):
+        return sum(map(mul, units, _POWERS_DESC[len(_POWERS) - n:])) & _MASK
+    h = 0
+    for u in units:
+        h = (31 * h + u) & _MASK
+    return h
+
+
 @lru_cache(maxsize=65536)
 def java_hash(s: str) -> int:
     """`s.hashCode()` of the JVM: sum of s[i]*31^(n-1-i) over UTF-16 units, int32."""
-    h = 0
-    units = s.encode("latin-1", "ignore") if s.isascii() else _utf16_units(s)
-    for u in units:
-        h = (31 * h + u) & _MASK
+    h = _hash_units(s.encode("latin-1") if s.isascii() else _utf16_units(s))
     return h - (1 << 32) if h & 0x80000000 else h
 
 

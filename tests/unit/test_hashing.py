@@ -146,3 +146,22 @@ def test_tags_match_rechecks_the_string():
     # "Aa" and "BB" share a hash: the code filter passes both, the re-check does not.
     assert java_hash("Aa") in subscription_codes("BB")
     assert not tags_match("BB", "Aa")
+
+
+def test_java_hash_matches_the_utf16_recurrence_for_long_and_mixed_strings():
+    import random
+    from array import array
+
+    def reference(s):
+        units = array("H")
+        units.frombytes(s.encode("utf-16-le"))
+        h = 0
+        for u in units:
+            h = (31 * h + u) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
+
+    rng = random.Random(7)
+    alphabet = "abcXYZ019#%_-é中😀"
+    for n in list(range(0, 20)) + [255, 256, 257, 600]:
+        s = "".join(rng.choice(alphabet) for _ in range(n))
+        assert java_hash.__wrapped__(s) == reference(s), s
