@@ -1,0 +1,110 @@
+"""The `mqstore` console script: an argparse parser built from a registry of command modules.
+
+Every subcommand lives in its own module, `supervisor/cmd_<name>.py`, which exposes
+`add_parser(subparsers) -> argparse.ArgumentParser` (it adds its subcommand, with help for every
+option) and `run(args) -> int` (the exit code). The registry is the package itself: each
+`cmd_*` module found in `supervisor/` is a command, so adding a command is adding a module.
+
+Shared here: the store options every command takes (`--store`, `--config`), how they become a
+`StoreConfig`, and the exit codes. 0 means done (and clean, for a check), 1 that the store has
+problems, 2 a usage error: bad options, a bad configuration, a missing store directory or a
+store locked by a running process. A command raises `UsageError` (or lets `ConfigError` or
+`StoreLockedError` through) and `main` prints the one-line reason to stderr and returns 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+import tomllib
+
+from core.config import ENV_PREFIX, ConfigError, StoreConfig
+from core.store_files import StoreLockedError
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+DEFAULT_STORE = "./store-data"
+COMMAND_PREFIX = "cmd_"
+EXIT_CODES_HELP = "exit codes: 0 done and clean, 1 the store has problems, 2 usage error " \
+                  "(bad options or config, no store, store locked)"
+
+
+class UsageError(Exception):
+    """A command cannot run as asked; `main` prints the reason and exits 2."""
+
+
+def command_modules() -> list:
+    """The command modules of the registry (`supervisor/cmd_*.py`), by name."""
+    import supervisor
+    names = sorted(m.name for m in pkgutil.iter_modules(supervisor.__path__)
+                   if m.name.startswith(COMMAND_PREFIX))
+    return [importlib.import_module(f"supervisor.{name}") for name in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mqstore", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="mqstore: Apache RocketMQ's message store in Python. Every command works on "
+                    "one store directory (--store, default ./store-data); `mqstore COMMAND --help` "
+                    "explains a command and its options.",
+        epilog=EXIT_CODES_HELP)
+    sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in command_modules():
+        module.add_parser(sub).set_defaults(run=module.run)
+    return parser
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """`--store DIR` and `--config FILE`, as every command takes them."""
+    parser.add_argument("--store", metavar="DIR",
+                        help="the store directory (default: store_path_root_dir from --config or "
+                             f"MQSTORE_STORE_PATH_ROOT_DIR when set there, else {DEFAULT_STORE})")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a TOML file of store settings (RocketMQ's MessageStoreConfig names in "
+                             "snake_case, at the top level or under [store]); MQSTORE_<KEY> "
+                             "environment variables override it")
+
+
+def store_config(args, must_exist: bool = True) -> StoreConfig:
+    """The StoreConfig of `--config`, the environment and `--store`; with `must_exist`, a
+    UsageError when the store directory is missing."""
+    root = args.store if args.store is not None or _root_configured(args.config) else DEFAULT_STORE
+    cfg = StoreConfig.from_sources(args.config, store_path_root_dir=root)
+    if must_exist and not os.path.isdir(cfg.store_path_root_dir):
+        raise UsageError(f"no store directory at {cfg.store_path_root_dir}")
+    return cfg
+
+
+def _root_configured(toml_path) -> bool:
+    """Whether the environment or the TOML file sets store_path_root_dir."""
+    if ENV_PREFIX + "STORE_PATH_ROOT_DIR" in os.environ:
+        return True
+    try:
+        with open(toml_path, "rb") as f:
+            data = tomllib.load(f)
+    except (TypeError, OSError, tomllib.TOMLDecodeError):
+        return False                      # no file; or from_sources reports what is wrong
+    section = data.get("store")
+    return "store_path_root_dir" in data or (isinstance(section, dict) and "store_path_root_dir" in section)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, ConfigError, StoreLockedError) as exc:
+        print(f"mqstore {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"mqstore {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, not this __main__ copy, so that the exception classes
+    # the command modules raise (imported from supervisor.cli) are the ones caught.
+    from supervisor.cli import main as _main
+    raise SystemExit(_main())
