@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run venv clean bench
+.PHONY: test test-slow run venv clean bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,14 +17,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
+# The default suite: everything not marked slow (a few minutes on 2 cores).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The slow and heavy cases (bigger hypothesis runs, long soaks); CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 run: $(STAMP)
 	$(BIN)/mqstore start --store ./store-data
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/embedded.py
+	$(BIN)/python benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) store-data .pytest_cache
