@@ -1,0 +1,170 @@
+"""Decoding of the appender's `put` and `put_batch` requests (docs/PROTOCOL.md) into
+`core.message.Message` objects, with the wire errors a client can cause: BAD_FIELD (named),
+BAD_TOPIC, BODY_TOO_LARGE, TOO_MANY_FRAMES.
+
+Bodies are never copied here: each message's body is a memoryview slice of the request's body
+frame (the engine's `prepare_record` takes its one copy). The queue id is left for the appender
+to fill in once it knows the topic's queues; everything else a `Message` needs is decided here.
+Store-level refusals (MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED) stay with `prepare_record`.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from itertools import accumulate
+
+from core.message import Message
+from core.topics import topic_name_problem
+from ipc.protocol import ErrorCode, ProtocolError, field
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64_MAX = (1 << 63) - 1
+_HOSTS: dict = {}
+
+
+@dataclass(slots=True)
+class PutRequest:
+    """`messages`, one per record; or, for a batch without per-message fields, one template
+    message in `messages` and the records' bodies in `bodies` (for `core.codec.prepare_batch`)."""
+    topic: str
+    queue_id: int | None          # None: the appender picks one round robin
+    messages: list
+    wait: bool
+    body_bytes: int
+    count: int
+    bodies: list | None = None
+
+
+def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
+    topic = _topic(env)
+    if len(frames) != 1:
+        raise ProtocolError(ErrorCode.TOO_MANY_FRAMES, f"put takes exactly one body frame, got {len(frames)}")
+    body = frames[0]
+    if len(body) > max_size:
+        raise ProtocolError(ErrorCode.BODY_TOO_LARGE,
+                            f"body of {len(body)} bytes is over max_message_size {max_size}")
+    host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
+    msg = _message(env, "", topic, body, host, now_ms)
+    wait = field(env, "wait", bool, True) and msg.properties.get("WAIT") != "false"
+    return PutRequest(topic, _queue_id(env), [msg], wait, len(body), 1)
+
+
+def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
+    topic = _topic(env)
+    sizes = field(env, "sizes", list)
+    if not sizes:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "field 'sizes' must not be empty")
+    if len(frames) != 1:
+        raise ProtocolError(ErrorCode.TOO_MANY_FRAMES,
+                            f"put_batch takes exactly one frame of concatenated bodies, got {len(frames)}")
+    data = memoryview(frames[0])
+    if set(map(type, sizes)) != {int} or min(sizes) < 0:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "field 'sizes' must be a list of integers >= 0")
+    ends = list(accumulate(sizes))
+    total, largest = ends[-1], max(sizes)
+    if total != len(data):
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            f"field 'sizes' adds up to {total} bytes but the body frame has {len(data)}")
+    if largest > max_size:
+        raise ProtocolError(ErrorCode.BODY_TOO_LARGE,
+                            f"a body of {largest} bytes is over max_message_size {max_size}")
+    host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
+    per = field(env, "messages", list, None)
+    wait = field(env, "wait", bool, True)
+    if per is None:
+        bodies = [data[start:end] for start, end in zip([0, *ends], ends)]
+        template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
+        return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies)
+    if len(per) != len(sizes):
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            f"field 'messages' has {len(per)} entries but 'sizes' has {len(sizes)}")
+    msgs = []
+    off = 0
+    for i, (n, m) in enumerate(zip(sizes, per)):
+        if m is None:
+            m = {}
+        elif not isinstance(m, dict):
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'messages[{i}]' must be a map or nil")
+        msgs.append(_message(m, f"messages[{i}].", topic, data[off:off + n], host, now_ms))
+        off += n
+    return PutRequest(topic, _queue_id(env), msgs, wait, total, len(msgs))
+
+
+def _topic(env: dict) -> str:
+    topic = field(env, "topic", str)
+    problem = topic_name_problem(topic)
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
+    return topic
+
+
+def _queue_id(env: dict) -> int | None:
+    return field(env, "queue_id", int, None, 0, INT32[1])
+
+
+def _message(m: dict, prefix: str, topic: str, body, host: tuple, now_ms: int) -> Message:
+    if not m:
+        return Message(topic, body, 0, 0, None, None, {}, now_ms, host)
+    flag = _int(m, prefix, "flag", 0, *INT32)
+    tags = _opt(m, prefix, "tags", str)
+    keys = m.get("keys")
+    if keys is not None and not isinstance(keys, str):
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"field '{prefix}keys' must be a string or a list of strings")
+    props = m.get("properties")
+    if props is None:
+        props = {}
+    elif not isinstance(props, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field '{prefix}properties' must be a map of strings to strings")
+    born_ts = _int(m, prefix, "born_timestamp", now_ms, 0, INT64_MAX)
+    return Message(topic, body, 0, flag, tags, keys, props, born_ts, host)
+
+
+def _int(m: dict, prefix: str, name: str, default: int, lo: int, hi: int) -> int:
+    value = m.get(name)
+    if value is None:
+        return default
+    if type(value) is not int:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field '{prefix}{name}' must be int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field '{prefix}{name}' must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _opt(m: dict, prefix: str, name: str, kind):
+    value = m.get(name)
+    if value is not None and not isinstance(value, kind):
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            f"field '{prefix}{name}' must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _host(text, name: str) -> tuple:
+    """`"ip:port"` (`"[v6]:port"` too) as the (address, port) tuple the engine takes."""
+    hit = _HOSTS.get(text) if isinstance(text, str) else None
+    if hit is not None:
+        return hit
+    try:
+        host, sep, port = text.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(text)
+        parsed = (str(ipaddress.ip_address(host)), int(port))
+    except (ValueError, AttributeError):
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            f"field '{name}' must be \"ip:port\", got {text!r}") from None
+    if len(_HOSTS) < 4096:
+        _HOSTS[text] = parsed
+    return parsed
+
+
+def peer_host(address: str | None, fallback: tuple) -> tuple:
+    """The born host of a client that did not name one: its IP as ZeroMQ reports it, port 0."""
+    if not address:
+        return fallback
+    try:
+        return (str(ipaddress.ip_address(address.strip("[]"))), 0)
+    except ValueError:
+        return fallback

@@ -1,0 +1,383 @@
+"""The appender process: owns CommitLog writes on a master and `config/topics.json`
+(docs/SERVICES.md, appender; docs/PROTOCOL.md, `put`, `put_batch`, `create_topic`,
+`topic_info`).
+
+It appends through `core.commitlog.CommitLog`, whose allocator callable
+(services/append_allocate) asks the allocator process for each new segment and waits 5 s
+(then CREATE_MAPPED_FILE_FAILED).
+Group commit: each `run_once` takes every waiting request (up to MAX_GROUP), appends them,
+publishes WROTE (and COMMITTED without the pool, CONFIRM under ASYNC_FLUSH without the pool),
+then replies. Under SYNC_FLUSH the replies of `wait` puts are parked (services/append_waiters)
+and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
+position past their records (the FLUSHED word is polled too, in case a publication was
+missed), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at once when FLUSH_FAILED is set.
+With the transient pool it writes into the shared-memory buffer lent to the segment and pushes
+`commit` wakeups every `commit_commitlog_least_pages` pages.
+
+Startup (services/append_startup): segments positioned from WROTE, everything past WROTE
+zeroed durably, [DISPATCHED, WROTE) re-validated, the topic-queue table rebuilt from the
+consume queues (read-only) and those records, the pool buffer of the current segment
+re-attached; the endpoint is bound only then.
+
+Every second it emits a `stats` event: `puts` and `bytes` ({topic: n}) stored since the last
+event, and `latency` ({status: {bucket_ms: count}}) of the put requests answered since then
+(services/append_waiters.PutStats says how buckets count).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import zmq
+
+from core.codec import prepare_batch, prepare_record
+from core.commitlog import CommitLog, append_status_to_put
+from core.fileops import PAGE_SIZE, REAL_FILE_OPS
+from core.status import AppendMessageStatus, PutMessageStatus
+from core.topics import TopicTable, queue_count_problem, topic_name_problem
+from ipc.control_block import ServiceState, Word
+from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack, unpack
+from ipc.sockets import ipc_endpoint, make_socket
+from services import append_startup as startup
+from services.append_allocate import AllocatorClient
+from services.append_pool import SharedPool
+from services.append_request import parse_put, parse_put_batch, peer_host
+from services.append_waiters import FlushWaiters, Parked, PutStats
+from services.base import ServiceLoop, run_service
+
+log = logging.getLogger("mqstore.appender")
+MAX_GROUP = 1024
+PUT_OK = PutMessageStatus.PUT_OK.value
+FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
+NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
+
+
+class Appender(ServiceLoop):
+    name = "appender"
+    interval_ms = 10
+
+    def __init__(self, config, cb):
+        super().__init__(config, cb)
+        self.sync = bool(cb.get(Word.SYNC_FLUSH))
+        self.timeout_s = config.sync_flush_timeout / 1000
+        self.max_size = config.max_message_size
+        self.fallback_host = config.store_host_tuple
+        self.pool = (SharedPool(cb, config.transient_store_pool_size, config.mapped_file_size_commitlog)
+                     if cb.get(Word.POOL_ENABLED) else None)
+        self.allocator = AllocatorClient(self.ctx, self.run_dir)
+        self.commitlog = CommitLog(config, REAL_FILE_OPS, self.allocator, self.pool)
+        self.store_host = self.commitlog.store_host_bytes     # what CommitLog.prepare passes
+        if self.pool is not None:
+            self.pool.segment_of_next_borrow = lambda: self.commitlog.queue.files[-1].file_from_offset
+        self.topics: TopicTable | None = None
+        self.waiters = FlushWaiters()
+        self.stats = PutStats()
+        self.handlers = Handlers()
+        self.handlers.op("put")(self._put)
+        self.handlers.op("put_batch")(self._put_batch)
+        self.handlers.op("create_topic")(self._create_topic)
+        self.handlers.op("topic_info")(self._topic_info)
+        self.group: list = []              # (identity, fields, end, wait, received) appended this round
+        self.round_robin: dict[str, int] = {}
+        self.peers: dict[bytes, tuple] = {}
+        self.wrote = cb.get(Word.WROTE)
+        self.flushed = cb.get(Word.FLUSHED)
+        self.last_store_ts = 0
+        self.commit_woken = self.wrote
+        self.commit_step = max(1, config.commit_commitlog_least_pages) * PAGE_SIZE
+        self.next_stats = time.monotonic() + 1.0
+        self._identity = b""
+        self._frames = None
+        self._is_put = False
+
+    # -- start ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, cb = self.config, self.cb
+        self.flush_push = self._connect(zmq.PUSH, "flusher")
+        self.commit_push = self._connect(zmq.PUSH, "committer") if self.pool is not None else None
+        self.flushed_sub = self._connect(zmq.SUB, "flusher.pub")
+        self.flushed_sub.setsockopt(zmq.SUBSCRIBE, b"")
+        queue = self.commitlog.queue
+        wrote = self.wrote
+        ahead = startup.open_segments(queue, wrote)
+        last = queue.files[-1] if queue.files else None
+        if self.pool is not None and last is not None and not last.is_full:
+            last.write_buffer = self.pool.buffer_for(last.file_from_offset)
+        startup.zero_past_wrote(queue, ahead, wrote)
+        start = max(cb.get(Word.DISPATCHED), queue.files[0].file_from_offset if queue.files else 0)
+        self.set_state(ServiceState.RECOVERING, done=0, total=wrote - start)
+        seen = startup.revalidate(queue, self.pool, start, wrote, self._progress)
+        cq_max = startup.consume_queue_max_offsets(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue)
+        self.commitlog.topic_queue_table = startup.topic_queue_table(cq_max, seen)
+        self.topics = TopicTable.load(cfg.config_dir)
+        if self.topics.ensure_covers(self.commitlog.topic_queue_table, cfg.default_topic_queue_nums):
+            self._topics_changed()
+        log.info("appender ready: WROTE %d, %d queues, %d topics, pool %s, %s", wrote,
+                 len(self.commitlog.topic_queue_table), len(self.topics),
+                 "on" if self.pool is not None else "off", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH")
+        self.front = make_socket(self.ctx, zmq.ROUTER)
+        with open(os.path.join(self.run_dir, "endpoints.json")) as f:
+            self.front.bind(json.load(f)["appender"])
+        self.poller.register(self.front, zmq.POLLIN)
+        self.poller.register(self.flushed_sub, zmq.POLLIN)
+
+    def _progress(self, done: int, total: int) -> None:
+        self.report_progress(done, total)
+        now = time.monotonic()
+        if now >= self.next_stats:
+            self.next_stats = now + 1.0
+            self.emit("recovering", done=done, total=total)
+
+    def _connect(self, kind: int, name: str) -> zmq.Socket:
+        sock = make_socket(self.ctx, kind)
+        if kind == zmq.PUSH:
+            sock.setsockopt(zmq.SNDTIMEO, 0)
+        sock.connect(ipc_endpoint(self.run_dir, name))
+        return sock
+
+    # -- the loop ------------------------------------------------------------------------
+    def run_once(self) -> None:
+        self._take_requests()
+        self._finish_group()
+        self._answer_waiters()
+        now = time.monotonic()
+        if now >= self.next_stats:
+            self.next_stats = now + 1.0
+            self.emit("stats", **self.stats.take())
+
+    def _take_requests(self) -> None:
+        sock = self.front
+        handle = self.handlers.handle
+        for _ in range(MAX_GROUP):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            received = time.perf_counter()
+            self._identity = identity = frames[0].bytes
+            self._frames = frames
+            self._is_put = False
+            out = handle([f.buffer for f in frames[1:]], received, log)
+            if out is not None:
+                self._send(identity, out)
+                if self._is_put:
+                    self.stats.replied(unpack(out[0]).get("status", ERROR), time.perf_counter() - received)
+
+    def _finish_group(self) -> None:
+        """Publish the positions of this round's appends, then answer or park their replies."""
+        group = self.group
+        if not group:
+            return
+        self.group = []
+        self._publish_positions()
+        parked = False
+        deadline = time.monotonic() + self.timeout_s
+        for identity, fields, end, wait, received in group:
+            if self.sync and wait:
+                self.waiters.park(Parked(end, deadline, identity, fields, received))
+                parked = True
+            else:
+                self._reply_put(identity, fields, PUT_OK, received)
+        if parked:
+            self._push(self.flush_push, {"op": "flush", "upto": self.wrote})
+
+    def _publish_positions(self) -> None:
+        wrote = self.commitlog.queue.get_max_wrote_position()
+        if wrote <= self.wrote:
+            return
+        words = self.cb.words
+        self.wrote = wrote
+        words[Word.WROTE] = wrote
+        if self.pool is None:
+            words[Word.COMMITTED] = wrote
+            if not self.sync:
+                words[Word.CONFIRM] = wrote
+        if self.last_store_ts:                 # after the positions: see services/flusher.py
+            words[Word.LAST_STORE_TS] = self.last_store_ts
+        if self.pool is not None and wrote - self.commit_woken >= self.commit_step:
+            self.commit_woken = wrote
+            self._push(self.commit_push, {"op": "commit", "upto": wrote})
+
+    def _answer_waiters(self) -> None:
+        if self.ready.get(self.flushed_sub):
+            while True:
+                try:
+                    note = unpack(self.flushed_sub.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                if isinstance(note, dict) and isinstance(note.get("flushed"), int):
+                    self.flushed = max(self.flushed, note["flushed"])
+        if not self.waiters:
+            return
+        self.flushed = max(self.flushed, self.cb.get(Word.FLUSHED))
+        for p in self.waiters.release(self.flushed):
+            self._reply_put(p.identity, p.fields, PUT_OK, p.received)
+        late = self.waiters.take_all() if self.cb.get(Word.FLUSH_FAILED) else \
+            self.waiters.expire(time.monotonic())
+        for p in late:
+            self._reply_put(p.identity, p.fields, FLUSH_DISK_TIMEOUT, p.received)
+
+    # -- replies -------------------------------------------------------------------------
+    def _reply_put(self, identity: bytes, fields: dict, status: str, received: float) -> None:
+        fields["status"] = status
+        self._send(identity, [pack(fields)])
+        self.stats.replied(status, time.perf_counter() - received)
+
+    def _send(self, identity: bytes, frames: list) -> None:
+        try:
+            self.front.send_multipart([identity, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError as e:            # the client is gone (EHOSTUNREACH) or not reading
+            log.warning("reply dropped: %s", e)
+
+    @staticmethod
+    def _push(sock, msg: dict) -> None:
+        try:
+            sock.send(pack(msg), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass                              # the receiver polls the control block as well
+
+    # -- handlers ------------------------------------------------------------------------
+    def _born_host(self) -> tuple:
+        host = self.peers.get(self._identity)
+        if host is None:
+            try:
+                address = self._frames[1].get("Peer-Address")
+            except (zmq.ZMQError, IndexError):
+                address = None
+            host = peer_host(address, self.fallback_host)
+            if len(self.peers) > 10_000:
+                self.peers.clear()
+            self.peers[self._identity] = host
+        return host
+
+    def _put(self, env, frames, received):
+        self._is_put = True
+        req = parse_put(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
+        return self._store(env.get("rid", 0), req, False, received)
+
+    def _put_batch(self, env, frames, received):
+        self._is_put = True
+        req = parse_put_batch(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
+        return self._store(env.get("rid", 0), req, True, received)
+
+    def _store(self, rid: int, req, batch: bool, received: float):
+        if self._refusing():
+            return [pack({"rid": rid, "status": NOT_AVAILABLE})]
+        qid = self._queue_for(req.topic, req.queue_id)
+        recs = self._prepare(req, qid, batch)
+        if recs.__class__ is PutMessageStatus:
+            return [pack({"rid": rid, "status": recs.value})]
+        result = self.commitlog.append_batch(recs) if batch else self.commitlog.append(recs[0])
+        if result.status is not AppendMessageStatus.PUT_OK:
+            return [pack({"rid": rid, "status": append_status_to_put(result.status).value})]
+        self.last_store_ts = result.store_timestamp
+        self.stats.stored(req.topic, req.count, req.body_bytes)
+        fields = {"rid": rid, "status": PUT_OK, "queue_id": qid, "queue_offset": result.logics_offset,
+                  "phys_offset": result.wrote_offset, "store_timestamp": result.store_timestamp}
+        if batch:
+            fields["msg_ids"] = result.msg_ids
+            fields["count"] = req.count
+        else:
+            fields["msg_id"] = result.msg_id
+        self.group.append((self._identity, fields, result.next_offset, req.wait, received))
+        return None
+
+    def _refusing(self) -> bool:
+        """SERVICE_NOT_AVAILABLE unless WRITABLE and no FLUSH_FAILED, DISK_FULL, SLAVE, DRAINING."""
+        w = self.cb.words
+        return (self.stopped or w[Word.WRITABLE] != 1 or w[Word.FLUSH_FAILED] != 0 or w[Word.DISK_FULL] != 0
+                or w[Word.SLAVE] != 0 or w[Word.DRAINING] != 0)
+
+    def _queue_for(self, topic: str, qid: int | None) -> int:
+        """The queue of a put: the one asked for (below the topic's count) or round robin. A new
+        topic is created with default_topic_queue_nums queues once the request is valid."""
+        queues = self.topics.get(topic)
+        known = queues is not None
+        if not known:
+            queues = self.config.default_topic_queue_nums
+        if qid is None:
+            n = self.round_robin.get(topic, 0)
+            self.round_robin[topic] = n + 1
+            qid = n % queues
+        elif qid >= queues:
+            raise ProtocolError(ErrorCode.BAD_FIELD,
+                                f"field 'queue_id' {qid} is out of range: topic {topic} has {queues} queues")
+        if not known:
+            self.topics.ensure(topic, queues)
+            self._topics_changed()
+        return qid
+
+    def _prepare(self, req, qid: int, batch: bool):
+        """The engine's prepared records of a request, or the PutMessageStatus refusing it."""
+        msgs = req.messages
+        max_size, host = self.max_size, self.store_host
+        if batch and req.body_bytes > max_size:
+            return PutMessageStatus.MESSAGE_ILLEGAL          # a batch is one unit of at most this
+        if req.bodies is not None:
+            msgs[0].queue_id = qid
+            return prepare_batch(msgs[0], req.bodies, max_size, host)
+        recs = []
+        for m in msgs:
+            m.queue_id = qid
+            rec = prepare_record(m, max_size, host)
+            if rec.__class__ is PutMessageStatus:
+                return rec
+            recs.append(rec)
+        return recs
+
+    def _create_topic(self, env, frames, received):
+        topic = field(env, "topic", str)
+        problem = topic_name_problem(topic)
+        if problem:
+            raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
+        queues = field(env, "queues", int)
+        problem = queue_count_problem(queues)
+        if problem:
+            raise ProtocolError(ErrorCode.BAD_FIELD, problem)
+        if self.topics.set_queues(topic, queues):
+            self._topics_changed()
+        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
+
+    def _topic_info(self, env, frames, received):
+        topic = field(env, "topic", str)
+        queues = self.topics.get(topic)
+        if queues is None:
+            return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
+        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
+
+    def _topics_changed(self) -> None:
+        self.cb.set(Word.TOPICS_VERSION, self.cb.get(Word.TOPICS_VERSION) + 1)
+
+    # -- stop ----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """Answer what is queued (puts are refused now), then the parked replies: flushed,
+        or FLUSH_DISK_TIMEOUT at their deadline."""
+        self._take_requests()
+        self._finish_group()
+        while self.waiters:
+            self.wait_for_running(self.interval_ms)
+            self._take_requests()
+            self._answer_waiters()
+        self.emit("stats", **self.stats.take())
+        self.commitlog.shutdown()
+
+    def close(self) -> None:
+        for sock in (getattr(self, n, None) for n in
+                     ("front", "flush_push", "commit_push", "flushed_sub")):
+            if sock is not None:
+                sock.close(0)
+        self.allocator.close()
+        if self.pool is not None:
+            for mf in self.commitlog.queue.files:
+                mf.write_buffer = None
+            try:
+                self.pool.close()
+            except BufferError as e:
+                log.warning("pool buffers still in use at exit: %s", e)
+        super().close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Appender))

@@ -1,0 +1,146 @@
+"""The committer process (only with the transient store pool): copies [COMMITTED, WROTE) from
+the shared-memory buffer lent to each segment into the segment file, with
+`core.mapped_file.MappedFile.commit` (docs/SERVICES.md, committer).
+
+It commits every `commit_interval_commitlog` ms, or at once on a `commit` wakeup from the
+appender (PULL on ipc `committer`), when at least `commit_commitlog_least_pages` pages are
+waiting; after `commit_commitlog_thorough_interval` ms, or when a segment is full, it commits
+whatever is there. After an advance it raises COMMITTED and CONFIRM (the pool runs only under
+ASYNC_FLUSH, where readers may see what is committed), wakes the flusher, and returns
+(`pool_return`) the buffer of every segment it has committed to its end. Every second with
+commits done it emits a `stats` event with `commit_latency` (the time of each copy).
+
+A segment with no buffer lent was written straight into its file (the pool was empty when
+the appender started it): committing it only moves COMMITTED along. The appender lends a
+buffer before writing the segment's first byte and raises WROTE after writing, so WROTE past a
+segment's start means its buffer, if any, is already recorded in the control block.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import zmq
+
+from core.fileops import REAL_FILE_OPS
+from core.mapped_file import MappedFile, offset_to_file_name
+from ipc.control_block import Word
+from ipc.protocol import pack
+from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
+from services.append_pool import SharedPool
+from services.append_waiters import Histogram
+from services.base import ServiceLoop, run_service
+
+log = logging.getLogger("mqstore.committer")
+
+
+class Committer(ServiceLoop):
+    name = "committer"
+
+    def __init__(self, config, cb):
+        super().__init__(config, cb)
+        self.interval_ms = config.commit_interval_commitlog
+        self.file_size = config.mapped_file_size_commitlog
+        self.least_pages = config.commit_commitlog_least_pages
+        self.thorough_s = config.commit_commitlog_thorough_interval / 1000
+        self.last_thorough = time.monotonic()
+        self.next_commit = 0.0
+        self.committed = cb.get(Word.COMMITTED)
+        self.segments: dict[int, MappedFile] = {}
+        self.latency = Histogram()
+        self.next_stats = time.monotonic() + 1.0
+
+    def setup(self) -> None:
+        self.pool = SharedPool(self.cb, self.config.transient_store_pool_size, self.file_size)
+        self.pull = make_socket(self.ctx, zmq.PULL)
+        bind_ipc(self.pull, ipc_endpoint(self.run_dir, "committer"))
+        self.flush_push = make_socket(self.ctx, zmq.PUSH)
+        self.flush_push.setsockopt(zmq.SNDTIMEO, 0)
+        self.flush_push.connect(ipc_endpoint(self.run_dir, "flusher"))
+        self.poller.register(self.pull, zmq.POLLIN)
+
+    def run_once(self) -> None:
+        woken = False
+        while True:
+            try:
+                self.pull.recv(zmq.NOBLOCK)
+                woken = True
+            except zmq.Again:
+                break
+        now = time.monotonic()
+        if now >= self.next_stats:
+            self.next_stats = now + 1.0
+            if self.latency.total:
+                self.emit("stats", commit_latency=self.latency.take())
+        if not woken and now < self.next_commit:
+            return
+        self.next_commit = now + self.interval_ms / 1000
+        least = self.least_pages
+        if now - self.last_thorough >= self.thorough_s:
+            least = 0
+            self.last_thorough = now
+        self.commit(least)
+
+    def commit(self, least_pages: int) -> None:
+        wrote = self.cb.get(Word.WROTE)
+        committed = self.committed
+        size = self.file_size
+        while committed < wrote:
+            start = committed - committed % size
+            mf = self._segment(start)
+            index = self.cb.pool_buffer_for(start)
+            mf.write_buffer = None if index is None else self.pool.buffers[index]
+            mf.committed_position = committed - start
+            mf.wrote_position = min(wrote - start, size)
+            began = time.perf_counter()
+            reached = start + mf.commit(least_pages)
+            if reached != committed:
+                self.latency.observe(time.perf_counter() - began)
+            if reached == start + size:
+                if index is not None:
+                    self.cb.pool_return(index)
+                mf.write_buffer = None
+                mf.unmap_if_idle()
+                del self.segments[start]
+            if reached == committed:
+                break
+            committed = reached
+        if committed > self.committed:
+            self.committed = committed
+            self.cb.set(Word.COMMITTED, committed)
+            self.cb.raise_to(Word.CONFIRM, committed)
+            try:
+                self.flush_push.send(pack({"op": "flush", "upto": committed}), zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass                           # the flusher polls COMMITTED as well
+
+    def _segment(self, start: int) -> MappedFile:
+        mf = self.segments.get(start)
+        if mf is None:
+            path = os.path.join(self.config.commitlog_dir, offset_to_file_name(start))
+            mf = self.segments[start] = MappedFile(path, self.file_size, REAL_FILE_OPS)
+        return mf
+
+    def drain(self) -> None:
+        """Commit everything written before exit."""
+        while self.committed < self.cb.get(Word.WROTE):
+            before = self.committed
+            self.commit(0)
+            if self.committed == before:
+                log.error("cannot commit past %d (WROTE %d)", before, self.cb.get(Word.WROTE))
+                break
+
+    def close(self) -> None:
+        for mf in self.segments.values():
+            mf.write_buffer = None
+            mf.unmap_if_idle()
+        self.segments.clear()
+        self.pool.close()
+        self.pull.close(0)
+        self.flush_push.close(0)
+        super().close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Committer))

@@ -1,0 +1,197 @@
+"""The flusher process: makes [FLUSHED, COMMITTED) of the CommitLog durable and owns the
+checkpoint file while the services run (docs/SERVICES.md, flusher).
+
+Flushing goes through the engine's seam: `core.mapped_file.MappedFile.flush` on a read-only
+mapping of each segment, which ends in `Mapping.flush` (fdatasync of the file: it writes back
+the pages every process dirtied through its own mapping). The flusher never writes data.
+
+- ASYNC_FLUSH: every `flush_interval_commitlog` ms (with `flush_commitlog_timed` false, also
+  on a `flush` wakeup) when at least `flush_commitlog_least_pages` pages are dirty; after
+  `flush_commitlog_thorough_interval` ms whatever is there.
+- SYNC_FLUSH: at once on a wakeup (PULL on ipc `flusher`, from the appender and committer), or
+  on new data seen within 5 ms, everything up to COMMITTED: one fdatasync answers every put
+  waiting below it (group commit).
+
+After an advance it raises FLUSHED (and CONFIRM under SYNC_FLUSH), sets PHYSIC_TS to the
+LAST_STORE_TS it read before choosing its target (so never a record it has not flushed, up to
+the appender's order of writes), and publishes `{"flushed": offset}` on ipc `flusher.pub`.
+
+The checkpoint (`core.checkpoint.StoreCheckpoint`) gets physic timestamp, flushed and confirm
+offsets and copies of LOGICS_TS, INDEX_TS and DISPATCHED_DURABLE whenever one of them changed,
+at most every CHECKPOINT_INTERVAL_S (each write is an fdatasync of its own, kept off the group
+commit's path), and at drain. A stale checkpoint only makes a recovery scan more.
+
+Every second with flushes done it emits a `stats` event with `flush_latency` (the time of each
+fdatasync, services/append_waiters.Histogram).
+
+A failed flush (OSError) is never retried: FLUSH_FAILED = 1, FLUSHED stays, the process exits
+with code 3 and the supervisor runs the abnormal recovery.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import zmq
+
+from core.checkpoint import StoreCheckpoint
+from core.fileops import REAL_FILE_OPS
+from core.mapped_file import MappedFile, offset_to_file_name
+from ipc.control_block import ServiceState, Word
+from ipc.protocol import pack
+from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
+from services.append_waiters import Histogram
+from services.base import ServiceLoop, run_service
+
+log = logging.getLogger("mqstore.flusher")
+CHECKPOINT_INTERVAL_S = 0.1
+SYNC_POLL_MS = 5
+EXIT_FLUSH_FAILED = 3
+
+
+class FlushFailed(Exception):
+    """A flush raised OSError; the store must not take writes until recovered."""
+
+
+class Flusher(ServiceLoop):
+    name = "flusher"
+
+    def __init__(self, config, cb):
+        super().__init__(config, cb)
+        self.sync = bool(cb.get(Word.SYNC_FLUSH))
+        self.interval_ms = SYNC_POLL_MS if self.sync else config.flush_interval_commitlog
+        self.file_size = config.mapped_file_size_commitlog
+        self.timed = config.flush_commitlog_timed
+        self.least_pages = config.flush_commitlog_least_pages
+        self.thorough_s = config.flush_commitlog_thorough_interval / 1000
+        self.last_thorough = time.monotonic()
+        self.next_flush = 0.0
+        self.flushed = cb.get(Word.FLUSHED)
+        self.segments: dict[int, MappedFile] = {}
+        self.checkpoint: StoreCheckpoint | None = None
+        self.checkpointed = None
+        self.next_checkpoint = 0.0
+        self.latency = Histogram()
+        self.next_stats = time.monotonic() + 1.0
+
+    def setup(self) -> None:
+        self.checkpoint = StoreCheckpoint(self.config.checkpoint_path, REAL_FILE_OPS)
+        self.pull = make_socket(self.ctx, zmq.PULL)
+        bind_ipc(self.pull, ipc_endpoint(self.run_dir, "flusher"))
+        self.pub = make_socket(self.ctx, zmq.PUB)
+        bind_ipc(self.pub, ipc_endpoint(self.run_dir, "flusher.pub"))
+        self.poller.register(self.pull, zmq.POLLIN)
+
+    def run(self) -> int:
+        try:
+            return super().run()
+        except FlushFailed as e:
+            log.error("flush failed, store no longer writable, exiting %d: %s", EXIT_FLUSH_FAILED, e)
+            self.set_state(ServiceState.FAILED, reason=str(e))
+            self.close()
+            return EXIT_FLUSH_FAILED
+
+    def run_once(self) -> None:
+        woken = False
+        while True:
+            try:
+                self.pull.recv(zmq.NOBLOCK)
+                woken = True
+            except zmq.Again:
+                break
+        if self.sync:
+            self.flush(0)
+        else:
+            now = time.monotonic()
+            if now >= self.next_flush or (woken and not self.timed):
+                self.next_flush = now + self.interval_ms / 1000
+                least = self.least_pages
+                if now - self.last_thorough >= self.thorough_s:
+                    least = 0
+                    self.last_thorough = now
+                self.flush(least)
+        self.write_checkpoint(force=False)
+        now = time.monotonic()
+        if now >= self.next_stats:
+            self.next_stats = now + 1.0
+            if self.latency.total:
+                self.emit("stats", flush_latency=self.latency.take())
+
+    def flush(self, least_pages: int) -> None:
+        cb = self.cb
+        store_ts = cb.get(Word.LAST_STORE_TS)
+        target = cb.get(Word.COMMITTED)
+        flushed = self.flushed
+        size = self.file_size
+        while flushed < target:
+            start = flushed - flushed % size
+            mf = self._segment(start)
+            mf.flushed_position = flushed - start
+            mf.wrote_position = min(target - start, size)
+            began = time.perf_counter()
+            try:
+                reached = start + mf.flush(least_pages)
+            except OSError as e:
+                cb.set(Word.FLUSH_FAILED, 1)
+                raise FlushFailed(f"flush of {mf.path} failed: {e}") from e
+            if reached == flushed:
+                break
+            self.latency.observe(time.perf_counter() - began)
+            if reached == start + size:
+                mf.unmap_if_idle()
+                del self.segments[start]
+            flushed = reached
+        if flushed > self.flushed:
+            self.flushed = flushed
+            cb.set(Word.FLUSHED, flushed)
+            if self.sync:
+                cb.raise_to(Word.CONFIRM, flushed)
+            if flushed == target and store_ts:
+                cb.raise_to(Word.PHYSIC_TS, store_ts)
+            self.pub.send(pack({"flushed": flushed}))
+
+    def _segment(self, start: int) -> MappedFile:
+        mf = self.segments.get(start)
+        if mf is None:
+            path = os.path.join(self.config.commitlog_dir, offset_to_file_name(start))
+            mf = self.segments[start] = MappedFile(path, self.file_size, REAL_FILE_OPS, writable=False)
+        return mf
+
+    def write_checkpoint(self, force: bool) -> None:
+        cb = self.cb
+        values = (self.flushed, cb.get(Word.PHYSIC_TS), cb.get(Word.LOGICS_TS), cb.get(Word.INDEX_TS),
+                  cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.CONFIRM))
+        now = time.monotonic()
+        if values == self.checkpointed or (not force and now < self.next_checkpoint):
+            return
+        ckpt = self.checkpoint
+        (ckpt.flushed_phy_offset, physic_ts, logics_ts, index_ts, ckpt.dispatched_phy_offset,
+         ckpt.confirm_phy_offset) = values
+        if physic_ts:
+            ckpt.physic_msg_timestamp = physic_ts
+        if logics_ts:
+            ckpt.logics_msg_timestamp = logics_ts
+        if index_ts:
+            ckpt.index_msg_timestamp = index_ts
+        ckpt.flush()
+        self.checkpointed = values
+        self.next_checkpoint = now + CHECKPOINT_INTERVAL_S
+
+    def drain(self) -> None:
+        """The final flush of everything committed, then the checkpoint."""
+        self.flush(0)
+        self.write_checkpoint(force=True)
+        self.checkpoint.shutdown()
+
+    def close(self) -> None:
+        for mf in self.segments.values():
+            mf.unmap_if_idle()
+        self.segments.clear()
+        self.pull.close(0)
+        self.pub.close(0)
+        super().close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Flusher))

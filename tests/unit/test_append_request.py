@@ -1,0 +1,122 @@
+"""services.append_request: put and put_batch requests decoded into messages, and every wire
+error a client can cause named with its code."""
+from __future__ import annotations
+
+import pytest
+
+from ipc.protocol import ErrorCode, ProtocolError
+from services.append_request import parse_put, parse_put_batch, peer_host
+
+HOST = ("10.0.0.1", 0)
+NOW = 1_700_000_000_000
+MAX = 1024
+
+
+def put(env, frames=(b"body",)):
+    return parse_put({"op": "put", "rid": 1, **env}, list(frames), HOST, NOW, MAX)
+
+
+def batch(env, data=b"aabbb"):
+    return parse_put_batch({"op": "put_batch", "rid": 1, **env}, [data], HOST, NOW, MAX)
+
+
+def code_of(fn, *args):
+    with pytest.raises(ProtocolError) as info:
+        fn(*args)
+    return info.value.code
+
+
+def test_put_defaults():
+    req = put({"topic": "T"})
+    (msg,) = req.messages
+    assert (req.topic, req.queue_id, req.wait, req.count, req.body_bytes) == ("T", None, True, 1, 4)
+    assert bytes(msg.body) == b"body" and msg.born_host == HOST and msg.born_timestamp == NOW
+    assert (msg.flag, msg.tags, msg.keys, msg.properties) == (0, None, None, {})
+
+
+def test_put_fields():
+    req = put({"topic": "T", "queue_id": 3, "flag": -5, "tags": "TagA", "keys": ["k1", "k2"],
+               "properties": {"a": "b"}, "born_timestamp": 42, "born_host": "192.168.1.2:777",
+               "wait": False})
+    msg = req.messages[0]
+    assert req.queue_id == 3 and not req.wait
+    assert (msg.flag, msg.tags, msg.keys, msg.properties, msg.born_timestamp, msg.born_host) == \
+        (-5, "TagA", ["k1", "k2"], {"a": "b"}, 42, ("192.168.1.2", 777))
+    assert put({"topic": "T", "born_host": "[::1]:9"}).messages[0].born_host == ("::1", 9)
+
+
+def test_wait_property_false_means_no_wait():
+    assert not put({"topic": "T", "properties": {"WAIT": "false"}}).wait
+
+
+@pytest.mark.parametrize("env, code", [
+    ({}, ErrorCode.BAD_FIELD),
+    ({"topic": 7}, ErrorCode.BAD_FIELD),
+    ({"topic": ""}, ErrorCode.BAD_TOPIC),
+    ({"topic": "a b"}, ErrorCode.BAD_TOPIC),
+    ({"topic": "x" * 128}, ErrorCode.BAD_TOPIC),
+    ({"topic": "T", "queue_id": "1"}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "queue_id": -1}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "flag": 1 << 40}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "tags": 5}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "keys": [1]}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "properties": {"a": 1}}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "properties": []}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "born_timestamp": -1}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "born_host": "nohost"}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "born_host": "1.2.3.4:99999"}, ErrorCode.BAD_FIELD),
+    ({"topic": "T", "wait": 1}, ErrorCode.BAD_FIELD),
+])
+def test_put_errors(env, code):
+    assert code_of(put, env) == code
+
+
+def test_put_frames_and_size():
+    assert code_of(put, {"topic": "T"}, ()) == ErrorCode.TOO_MANY_FRAMES
+    assert code_of(put, {"topic": "T"}, (b"a", b"b")) == ErrorCode.TOO_MANY_FRAMES
+    assert code_of(put, {"topic": "T"}, (b"x" * (MAX + 1),)) == ErrorCode.BODY_TOO_LARGE
+    assert put({"topic": "T"}, (b"x" * MAX,)).body_bytes == MAX
+
+
+def test_batch_without_per_message_fields_uses_a_template():
+    req = batch({"topic": "T", "sizes": [2, 3, 0]}, b"aabbb")
+    assert req.count == 3 and req.body_bytes == 5
+    assert [bytes(b) for b in req.bodies] == [b"aa", b"bbb", b""]
+    assert len(req.messages) == 1 and req.messages[0].born_host == HOST
+
+
+def test_batch_with_per_message_fields():
+    req = batch({"topic": "T", "queue_id": 1, "sizes": [2, 3],
+                 "messages": [{"tags": "A", "keys": "k"}, None], "wait": False})
+    assert req.bodies is None and req.count == 2 and not req.wait
+    assert [bytes(m.body) for m in req.messages] == [b"aa", b"bbb"]
+    assert req.messages[0].tags == "A" and req.messages[1].tags is None
+
+
+@pytest.mark.parametrize("env, data, code", [
+    ({"topic": "T"}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": []}, b"", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1]}, b"abc", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": ["1"]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1.0]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [-1, 2]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [MAX + 1]}, b"x" * (MAX + 1), ErrorCode.BODY_TOO_LARGE),
+    ({"topic": "T", "sizes": [1], "messages": [{}, {}]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "messages": [5]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "messages": [{"flag": "x"}]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "bad/topic", "sizes": [1]}, b"a", ErrorCode.BAD_TOPIC),
+])
+def test_batch_errors(env, data, code):
+    assert code_of(batch, env, data) == code
+
+
+def test_batch_frame_count():
+    env = {"op": "put_batch", "rid": 1, "topic": "T", "sizes": [1]}
+    for frames in ([], [b"a", b"b"]):
+        assert code_of(parse_put_batch, env, frames, HOST, NOW, MAX) == ErrorCode.TOO_MANY_FRAMES
+
+
+def test_peer_host():
+    assert peer_host("127.0.0.1", HOST) == ("127.0.0.1", 0)
+    assert peer_host("", HOST) == HOST and peer_host(None, HOST) == HOST
+    assert peer_host("garbage", HOST) == HOST
