@@ -8,11 +8,13 @@ undispatched. Reads are delegated to `StoreReader`.
 """
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import time
 
 from core.checkpoint import StoreCheckpoint
+from core.codec import prepare_batch
 from core.commitlog import CommitLog, append_status_to_put
 from core.config import StoreConfig, check_store_format
 from core.consume_queue_store import ConsumeQueueStore
@@ -29,6 +31,17 @@ from core.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 S = PutMessageStatus
+
+
+def _same_but_body(m, first) -> bool:
+    """Whether `m` differs from `first` in its body only (then the batch is encoded once)."""
+    return m is first or (
+        m.topic == first.topic and m.queue_id == first.queue_id and m.tags == first.tags
+        and m.keys == first.keys and m.flag == first.flag and m.properties == first.properties
+        and m.born_timestamp == first.born_timestamp and m.born_host == first.born_host
+        and m.store_host == first.store_host and m.sys_flag == first.sys_flag
+        and m.reconsume_times == first.reconsume_times
+        and m.prepared_transaction_offset == first.prepared_transaction_offset)
 
 
 class MessageStore:
@@ -194,6 +207,14 @@ class MessageStore:
         first = msgs[0]
         if sum(len(m.body) for m in msgs if isinstance(m.body, (bytes, bytearray))) > self.config.max_message_size:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
+        if all(_same_but_body(m, first) for m in msgs):
+            recs = prepare_batch(copy.copy(first), [m.body for m in msgs], self.config.max_message_size,
+                                 self.commitlog.store_host_bytes)
+            if recs.__class__ is PutMessageStatus:
+                return PutMessageResult(recs)
+            if recs[0].sys_flag & 0xC:
+                return PutMessageResult(S.MESSAGE_ILLEGAL)
+            return self._append(recs, first.wait_store_msg_ok)
         recs = []
         for m in msgs:
             if m.topic != first.topic or m.queue_id != first.queue_id:
