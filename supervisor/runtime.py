@@ -1,11 +1,15 @@
 """What the supervisor sets up around the service processes (docs/SERVICES.md): the `run/`
 directory (config.json, endpoints.json, control), the control block seeded from the recovered
-store, the transient pool buffers, and starting and stopping one service process.
+store (and seeded again after a recovery while running), the transient pool buffers, the
+ports, starting and stopping one service process, and the checkpoint written at a stop.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -15,10 +19,20 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 
+import psutil
+
+from core.checkpoint import StoreCheckpoint
+from core.fileops import REAL_FILE_OPS
 from ipc.control_block import POOL_BUFFERS, ControlBlock, ServiceState, Slot, Word, now_ms
+
+log = logging.getLogger("mqstore.supervisor")
 
 SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "appender", "reader")
 STOP_ORDER = ("appender", "committer", "flusher", "reput", "allocator", "reader")
+# Seconds between SIGTERM and SIGKILL at a clean stop: the services that make data durable
+# (flusher, reput) drain longest (RocketMQ joins its flush services for up to 5 minutes).
+STOP_GRACE_S = {"appender": 30.0, "committer": 60.0, "flusher": 120.0, "reput": 120.0,
+                "allocator": 15.0, "reader": 15.0, "ha": 30.0}
 
 
 @dataclass
@@ -46,6 +60,60 @@ def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+class SupervisorError(RuntimeError):
+    """The store cannot start; the message says why and what to do. `exit_code` 2 marks a
+    usage error (a port in use, the store locked), 1 anything else (supervisor.cli)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def raise_fd_limit(minimum: int = 4096) -> int:
+    """Raise this process's soft RLIMIT_NOFILE to the hard limit, so that the services it
+    starts inherit it (each mmap holds a file descriptor on Python 3.11; alibaba/rocketmq#506
+    "Too many open files"); warn when it stays under `minimum`. Returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard or hard == resource.RLIM_INFINITY:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < minimum:
+        log.warning("the open-file limit is %d; every mapped segment holds a file descriptor: "
+                    "raise it (ulimit -n) to at least %d", soft, minimum)
+    return soft
+
+
+def port_error(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (the OS's words), or None when it can."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
+
+
+def check_ports(host: str, port: int) -> None:
+    """SupervisorError naming the port and its role unless port, port+2 and port+3 are free
+    (port 0: free ports are picked later, nothing to check)."""
+    if not port:
+        return
+    if port + 3 > 65535:
+        raise SupervisorError(f"--port {port}: the store also needs port+2 and port+3, so the "
+                              "port must be at most 65532", exit_code=2)
+    for p, role in ((port, "front door"), (port + 2, "appender"), (port + 3, "reader")):
+        reason = port_error(host, p)
+        if reason:
+            raise SupervisorError(
+                f"cannot listen on {host}:{p} for the {role}: {reason}; another mqstore (or "
+                "another program) is using it; choose another port with --port (the store "
+                "uses --port, --port+2 and --port+3)", exit_code=2)
 
 
 def plan_endpoints(host: str, port: int) -> dict:
@@ -100,16 +168,110 @@ def seed_control_block(cb: ControlBlock, config, store) -> None:
     cb.set(Word.WRITABLE, 1)
 
 
+def reseed_control_block(cb: ControlBlock, config, store) -> None:
+    """Seed the control block again from a store recovered while the supervisor runs (after a
+    failed flush), with every service stopped: the flags the services own go back to their
+    initial values and every pool buffer is free, then `seed_control_block`."""
+    for w in (Word.FLUSH_FAILED, Word.DISK_FULL, Word.DRAINING):
+        cb.set(w, 0)
+    for i in range(2 * POOL_BUFFERS):
+        cb.set(Word.POOL_BASE + i, 0)
+    seed_control_block(cb, config, store)
+
+
+def write_pid_file(config) -> None:
+    """run/supervisor.pid, written as soon as the lock is held, so that `mqstore stop` can
+    reach a supervisor that is still recovering (prepare_run writes it again)."""
+    os.makedirs(config.run_dir, exist_ok=True)
+    with open(os.path.join(config.run_dir, "supervisor.pid"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def write_address(config, address: str) -> None:
+    """run/address: the front door, for clients and commands (written once the store is ready)."""
+    path = os.path.join(config.run_dir, "address")
+    with open(path + ".tmp", "w") as f:
+        f.write(address + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def clear_run(config) -> None:
+    """Remove what says a store runs here: run/address, run/control, run/supervisor.pid."""
+    for name in ("address", "control", "supervisor.pid"):
+        try:
+            os.unlink(os.path.join(config.run_dir, name))
+        except FileNotFoundError:
+            pass
+
+
+def write_final_checkpoint(config, cb: ControlBlock) -> None:
+    """The checkpoint at a stop, from the control block: the flusher that owned the file while
+    services ran has exited, and each word is a position its writer made durable."""
+    ckpt = StoreCheckpoint(config.checkpoint_path, REAL_FILE_OPS)
+    try:
+        ckpt.physic_msg_timestamp = cb.get(Word.PHYSIC_TS)
+        ckpt.logics_msg_timestamp = cb.get(Word.LOGICS_TS)
+        ckpt.index_msg_timestamp = cb.get(Word.INDEX_TS)
+        ckpt.flushed_phy_offset = cb.get(Word.FLUSHED)
+        ckpt.confirm_phy_offset = cb.get(Word.CONFIRM)
+        ckpt.dispatched_phy_offset = cb.get(Word.DISPATCHED_DURABLE)
+    finally:
+        ckpt.shutdown()
+
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):         # not Linux: leftovers are found by kill_leftovers
+    _prctl = None
+
+
+def _die_with_parent(parent_pid: int):
+    """A preexec_fn: SIGKILL this child when the process that started it dies (Linux), so that
+    services never outlive a killed supervisor and write beside the next one."""
+    def setup() -> None:
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:         # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+    return setup
+
+
 def spawn_service(config, name: str) -> subprocess.Popen:
-    """Start `python -m services.<name> --store ROOT`; its stdout/stderr go to logs/<name>.out."""
+    """Start `python -m services.<name> --store ROOT`; its stdout/stderr go to logs/<name>.out.
+    The service gets its own session (a Ctrl-C at the terminal goes to the supervisor only)
+    and is killed by the kernel if the process that started it dies."""
     out = open(os.path.join(config.logs_dir, f"{name}.out"), "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", f"services.{name}", "--store",
                                  config.store_path_root_dir],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     finally:
         out.close()
+
+
+def kill_leftovers(config, timeout: float = 10.0) -> list[int]:
+    """SIGKILL service processes of this store left by a supervisor that died (found by their
+    command line, `-m services.<name> --store ROOT`) and wait for them; return their pids.
+    Called with the store lock held, before recovery, so nothing else writes the store."""
+    root = config.store_path_root_dir
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if proc.pid == os.getpid() or "-m" not in cmd or "--store" not in cmd:
+            continue
+        module = cmd[cmd.index("-m") + 1] if cmd.index("-m") + 1 < len(cmd) else ""
+        store = cmd[cmd.index("--store") + 1] if cmd.index("--store") + 1 < len(cmd) else ""
+        if module.startswith("services.") and os.path.abspath(store) == root:
+            found.append(proc)
+    for proc in found:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(found, timeout=timeout)
+    return [p.pid for p in found]
 
 
 def wait_state(cb: ControlBlock, name: str, proc: subprocess.Popen, states, timeout: float) -> bool:

@@ -1,0 +1,126 @@
+"""`Admin`: the operator's view of a running store through docs/PROTOCOL.md: topics, queue
+offsets, consumer lag, group offsets, messages by key, id or physical offset, status and stop.
+
+Every method is one synchronous request (two for `lag_all`) and raises `ipc.MQError` for an
+error reply, except the lookups that answer "not there" with None.
+"""
+from __future__ import annotations
+
+import time
+
+from ipc.connection import Connection, MQError
+from ipc.protocol import ErrorCode
+from ipc.received import messages_from_reply
+
+
+class Admin:
+    """Administration of a running store at `address` (or `store=DIR`: `DIR/run/address`)."""
+
+    def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
+                 connection: Connection | None = None):
+        self._conn = connection or Connection(address, store=store, timeout=timeout, background=False)
+        self._own = connection is None
+
+    @property
+    def connection(self) -> Connection:
+        return self._conn
+
+    # -- store ---------------------------------------------------------------------------
+    def hello(self) -> dict:
+        """The front door's hello: version, appender and reader endpoints, store root."""
+        return self._conn.call("front", "hello")
+
+    def status(self) -> dict:
+        """Services (name, pid, state, uptime_s, restarts, rss, cpu), positions and flags."""
+        return self._strip(self._conn.call("front", "status"))
+
+    def stop(self) -> None:
+        """Ask the supervisor to stop the store cleanly (it answers before it stops)."""
+        self._conn.call("front", "stop")
+
+    # -- topics --------------------------------------------------------------------------
+    def topics(self) -> list:
+        """[{"topic", "queues"}, ...] sorted by name."""
+        env = self._conn.call("front", "topics")
+        return sorted(env.get("topics", []), key=lambda t: t.get("topic", ""))
+
+    def create_topic(self, topic: str, queues: int = 4) -> dict:
+        """Create `topic` with `queues` queues (1..1024); {"topic", "queues"}."""
+        return self._strip(self._conn.call("appender", "create_topic", topic=topic, queues=queues))
+
+    def topic_info(self, topic: str) -> dict | None:
+        """{"topic", "queues"}, or None when the topic does not exist."""
+        try:
+            return self._strip(self._conn.call("reader", "topic_info", topic=topic))
+        except MQError as e:
+            if e.code == ErrorCode.NOT_FOUND:
+                return None
+            raise
+
+    def queue_offsets(self, topic: str, queue_id: int | None = None) -> list:
+        """[{"queue_id", "min_offset", "max_offset"}, ...] of one queue or all."""
+        fields = {"topic": topic}
+        if queue_id is not None:
+            fields["queue_id"] = queue_id
+        return self._conn.call("reader", "queue_offsets", **fields).get("queues", [])
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The offset of the first message of the queue stored at or after `timestamp_ms`."""
+        return self._conn.call("reader", "offset_by_time", topic=topic, queue_id=queue_id,
+                               timestamp=int(timestamp_ms))["offset"]
+
+    # -- consumer groups -----------------------------------------------------------------
+    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of the queue, -1 when never committed."""
+        return self._conn.call("reader", "fetch_offset", group=group, topic=topic,
+                               queue_id=queue_id)["offset"]
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set the group's offset of the queue (to replay or skip messages)."""
+        self._conn.call("reader", "commit_offset", group=group, topic=topic, queue_id=queue_id,
+                        offset=int(offset))
+
+    def consumer_lag(self, group: str, topic: str) -> dict:
+        """{"queues": [{"queue_id", "consumer_offset", "max_offset", "lag"}], "total_lag"}."""
+        return self._strip(self._conn.call("reader", "consumer_lag", group=group, topic=topic))
+
+    # -- messages ------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
+                     end_ts: int | None = None) -> list:
+        """Messages of `topic` whose KEYS or UNIQ_KEY include `key`, newest first (MessageExt)."""
+        fields = {"topic": topic, "key": key, "max_num": max_num, "begin_ts": begin_ts,
+                  "end_ts": int(time.time() * 1000) + 1000 if end_ts is None else end_ts}
+        env, frames = self._conn.call_with_frames("reader", "query_by_key", **fields)
+        return messages_from_reply(env, frames)
+
+    def view_by_id(self, msg_id: str):
+        """The message with this offset message id (MessageExt), or None."""
+        return self._one("view_by_id", msg_id=msg_id)
+
+    def look_by_offset(self, phys_offset: int):
+        """The message stored at this CommitLog offset (MessageExt), or None."""
+        return self._one("look_by_offset", phys_offset=int(phys_offset))
+
+    def _one(self, op: str, **fields):
+        try:
+            env, frames = self._conn.call_with_frames("reader", op, **fields)
+        except MQError as e:
+            if e.code == ErrorCode.NOT_FOUND:
+                return None
+            raise
+        msgs = messages_from_reply(env, frames)
+        return msgs[0] if msgs else None
+
+    @staticmethod
+    def _strip(env: dict) -> dict:
+        return {k: v for k, v in env.items() if k not in ("rid", "status")}
+
+    def close(self) -> None:
+        if self._own:
+            self._conn.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,86 @@
+"""What the client classes share: finding a store's front door (an address, or the
+`run/address` file the supervisor writes into the store directory), the futures of requests,
+and the exceptions of the client library. Statuses of puts and pulls are not exceptions
+(STYLE.md); these are for error replies (`MQError`) and for connections that went away
+(`ConnectionClosed`)."""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+from ipc.protocol import ERROR, ErrorCode
+
+DEFAULT_STORE = "./store-data"
+
+
+class MQError(Exception):
+    """An error reply (status "ERROR") from a service: `code` (ErrorCode) and `reason`."""
+
+    def __init__(self, code, reason: str, op: str | None = None):
+        try:
+            code = ErrorCode(code)
+            name = code.name
+        except ValueError:
+            name = f"code {code}"
+        super().__init__(f"{op + ': ' if op else ''}{name}: {reason}")
+        self.code = code
+        self.reason = reason
+        self.op = op
+
+
+class ConnectionClosed(ConnectionError):
+    """The connection was closed, or a socket was replaced, before the reply came."""
+
+
+def normalize_address(address: str) -> str:
+    """`host:port` or `tcp://host:port` -> `tcp://host:port` (other transports kept as given)."""
+    address = address.strip()
+    if "://" in address:
+        return address
+    if address.isdigit():
+        return f"tcp://127.0.0.1:{address}"
+    return f"tcp://{address}"
+
+
+def resolve_address(address: str | None = None, store: str | None = None) -> str:
+    """The front door's address: `address` when given, else `<store>/run/address`
+    (`store` defaults to ./store-data, as `mqstore start` does)."""
+    if address:
+        return normalize_address(address)
+    root = store or DEFAULT_STORE
+    path = os.path.join(root, "run", "address")
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        raise ConnectionError(f"no running store at {root!r}: {path} does not exist "
+                              f"(start one with `mqstore start --store {root}`, or pass an address)") from None
+    if not text:
+        raise ConnectionError(f"{path} is empty: the store at {root!r} is still starting")
+    return normalize_address(text)
+
+
+def raise_for_error(env: dict, op: str | None = None) -> dict:
+    """Return `env`, or raise MQError when it is an error reply."""
+    if env.get("status") == ERROR:
+        raise MQError(env.get("code", int(ErrorCode.INTERNAL)), str(env.get("reason", "")), op)
+    return env
+
+
+class ReplyFuture(concurrent.futures.Future):
+    """A `concurrent.futures.Future` whose `result()` and `exception()` drive the connection's
+    sockets while they wait, so a waiting caller reads its reply itself (no thread hop)."""
+
+    def __init__(self, conn):
+        super().__init__()
+        self._conn = conn
+
+    def result(self, timeout=None):
+        if not self.done():
+            self._conn.wait(self.done, timeout)
+        return super().result(0)
+
+    def exception(self, timeout=None):
+        if not self.done():
+            self._conn.wait(self.done, timeout)
+        return super().exception(0)

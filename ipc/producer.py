@@ -1,0 +1,418 @@
+"""`Producer`: puts messages into a running store (docs/PROTOCOL.md, appender ops `put` and
+`put_batch`).
+
+Every message gets a `UNIQ_KEY` property, as RocketMQ's MessageClientIDSetter does: 32
+upper-case hex digits, 20 fixed per process (IPv4 address, pid, 4 random bytes) and 12 per
+message (milliseconds since the start of the month, 8 digits, and a 16-bit counter). At most
+65,536 keys are issued per millisecond value (the clock used is never allowed to go back), so
+keys of one process never repeat; the random part separates processes on one host.
+
+Queue selection, in order: an explicit `queue_id`; a `sharding_key`, hashed as RocketMQ's
+SelectMessageQueueByHash (`abs(String.hashCode) % queues`) so that one key always lands on
+one queue (an unknown topic is created with `default_topic_queues` queues first); otherwise
+round robin over the topic's queues, or `queue_id` nil (the appender picks) while the
+topic's queue count is not yet known. Queue counts come from `topic_info` and are refreshed
+every 30 s.
+
+The batch path does the least Python per message: bodies joined into one frame, `sizes`
+from one comprehension, and the per-message metadata (UNIQ_KEY at least) built in one
+comprehension of small maps. Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE,
+OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a retried
+message can be told apart from a new one: at-least-once delivery).
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+
+from core.hashing import java_hash
+from core.message import Message
+from core.status import PutMessageStatus
+from ipc.connection import Connection, MQError
+from ipc.protocol import ERROR, ErrorCode
+
+UNIQ_KEY = "UNIQ_KEY"
+TOPIC_INFO_TTL_S = 30.0
+UNKNOWN_TOPIC_TTL_S = 1.0
+_KEYS_PER_MS = 0x10000
+_HEX1 = [f"{i:X}" for i in range(16)]
+_HEX3 = [f"{i:03X}" for i in range(4096)]
+_RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
+_ERROR_STATUS = {
+    ErrorCode.UNAVAILABLE: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    ErrorCode.INTERNAL: PutMessageStatus.UNKNOWN_ERROR,
+    ErrorCode.UNKNOWN_OP: PutMessageStatus.UNKNOWN_ERROR,
+}
+
+
+def _local_ipv4() -> bytes:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))        # no packet is sent for a UDP connect
+            return socket.inet_aton(s.getsockname()[0])
+    except OSError:
+        return socket.inet_aton("127.0.0.1")
+
+
+def _month_start_ms(now_ms: int) -> int:
+    t = time.localtime(now_ms / 1000.0)
+    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+
+class UniqKeyGenerator:
+    """Thread-safe source of UNIQ_KEY values (see the module docstring for the layout)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = None
+        self._prefix = ""
+        self._ms = 0
+        self._used = 0
+        self._counter = random.getrandbits(16)
+        self._month = (0, 0)          # (valid until ms, month start ms)
+
+    def _fixed(self) -> str:
+        pid = os.getpid()
+        if pid != self._pid:          # first use, or a forked child
+            self._pid = pid
+            self._prefix = (_local_ipv4() + (pid & 0xFFFF).to_bytes(2, "big")
+                            + os.urandom(4)).hex().upper()
+        return self._prefix
+
+    def _since_month(self, ms: int) -> int:
+        until, start = self._month
+        if ms >= until or ms < start:
+            start = _month_start_ms(ms)
+            self._month = (start + 3_600_000, start)    # recheck hourly (DST, month change)
+        return (ms - start) & 0xFFFFFFFF
+
+    def next_keys(self, n: int) -> list:
+        """`n` fresh keys, consecutive counters under one time value where possible."""
+        out = []
+        while n > 0:
+            take = min(n, _KEYS_PER_MS)
+            with self._lock:
+                prefix = self._fixed()
+                ms = max(time.time_ns() // 1_000_000, self._ms)
+                if ms == self._ms and self._used + take > _KEYS_PER_MS:
+                    ms += 1                           # this millisecond is used up
+                if ms != self._ms:
+                    self._ms, self._used = ms, 0
+                self._used += take
+                start = self._counter
+                self._counter = (start + take) & 0xFFFF
+                head = prefix + "%08X" % self._since_month(ms)
+            c = start
+            left = take
+            while left:
+                lo = c & 0xFFF
+                k = min(left, 4096 - lo)
+                h = head + _HEX1[c >> 12]
+                out += [h + x for x in _HEX3[lo:lo + k]]
+                left -= k
+                c = (c + k) & 0xFFFF
+            n -= take
+        return out
+
+    def next_key(self) -> str:
+        return self.next_keys(1)[0]
+
+
+UNIQ_KEYS = UniqKeyGenerator()
+
+
+def shard_queue(sharding_key, queue_count: int) -> int:
+    """RocketMQ's SelectMessageQueueByHash: `abs(key.hashCode()) % queue_count`."""
+    if queue_count <= 0:
+        raise ValueError("a topic has at least one queue")
+    return abs(java_hash(str(sharding_key))) % queue_count
+
+
+class QueueSelector:
+    """Picks a topic's queue: explicit id, sharding key hash, or round robin. `lookup(topic,
+    create)` gives the queue count (None: unknown topic; with `create`, never None)."""
+
+    def __init__(self, lookup):
+        self._lookup = lookup
+        self._rr: dict = {}
+
+    def select(self, topic: str, queue_id=None, sharding_key=None):
+        """The queue to send to (None: let the appender pick)."""
+        if queue_id is not None:
+            return queue_id
+        if sharding_key is not None:
+            count = self._lookup(topic, True)
+            return shard_queue(sharding_key, count) if count else None
+        count = self._lookup(topic, False)
+        if not count:
+            return None
+        c = self._rr.get(topic)
+        if c is None:
+            c = random.randrange(count)
+        self._rr[topic] = c + 1
+        return c % count
+
+
+class SendResult:
+    """The answer to a put or a batch put. `status` is a core.PutMessageStatus; `msg_id` is the
+    offset message id (of the first message of a batch, all in `msg_ids`); `uniq_key(s)` the
+    client-side ids; `error_code`/`reason` are set when the service answered an error."""
+
+    __slots__ = ("status", "topic", "msg_id", "msg_ids", "queue_id", "queue_offset", "phys_offset",
+                 "store_timestamp", "count", "uniq_keys", "error_code", "reason")
+
+    def __init__(self, status, topic="", msg_ids=(), queue_id=-1, queue_offset=-1, phys_offset=-1,
+                 store_timestamp=0, count=0, uniq_keys=(), error_code=None, reason=""):
+        self.status = status
+        self.topic = topic
+        self.msg_ids = list(msg_ids)
+        self.msg_id = self.msg_ids[0] if self.msg_ids else ""
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.store_timestamp = store_timestamp
+        self.count = count
+        self.uniq_keys = uniq_keys
+        self.error_code = error_code
+        self.reason = reason
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def uniq_key(self) -> str:
+        return self.uniq_keys[0] if self.uniq_keys else ""
+
+    def __repr__(self) -> str:
+        extra = f", error={self.error_code!r}, reason={self.reason!r}" if self.error_code else ""
+        return (f"SendResult({self.status.name}, msg_id={self.msg_id!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, phys_offset={self.phys_offset}, count={self.count}{extra})")
+
+
+def parse_send_reply(env: dict, topic: str, uniq_keys: list) -> SendResult:
+    """A SendResult from a `put` or `put_batch` reply (an error reply becomes a status)."""
+    status = env.get("status")
+    if status == ERROR:
+        try:
+            code = ErrorCode(env.get("code"))
+        except ValueError:
+            code = env.get("code")
+        return SendResult(_ERROR_STATUS.get(code, PutMessageStatus.MESSAGE_ILLEGAL), topic,
+                          uniq_keys=uniq_keys, error_code=code, reason=str(env.get("reason", "")))
+    try:
+        st = PutMessageStatus(status)
+    except ValueError:
+        return SendResult(PutMessageStatus.UNKNOWN_ERROR, topic, uniq_keys=uniq_keys,
+                          reason=f"unexpected status {status!r}")
+    ids = env.get("msg_ids")
+    if ids is None:
+        ids = [env["msg_id"]] if env.get("msg_id") else []
+    return SendResult(st, topic, ids, env.get("queue_id", -1), env.get("queue_offset", -1),
+                      env.get("phys_offset", -1), env.get("store_timestamp", 0),
+                      env.get("count", len(ids)), uniq_keys)
+
+
+def _as_body(body) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)            # freeze a mutable body: a retry resends the same frame
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
+
+
+def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
+               wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
+    """(fields, frames, uniq_key) of a `put` request."""
+    props = {str(k): str(v) for k, v in properties.items()} if properties else {}
+    uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
+    props[UNIQ_KEY] = uniq
+    fields = {"topic": topic, "properties": props}
+    if queue_id is not None:
+        fields["queue_id"] = queue_id
+    if flag:
+        fields["flag"] = flag
+    if tags is not None:
+        fields["tags"] = tags
+    if keys is not None:
+        fields["keys"] = keys if isinstance(keys, str) else [str(k) for k in keys]
+    if not wait:
+        fields["wait"] = False
+    return fields, [_as_body(body)], uniq
+
+
+def _message_meta(m: Message, uniq: str) -> dict:
+    props = {str(k): str(v) for k, v in m.properties.items()} if m.properties else {}
+    props.setdefault(UNIQ_KEY, uniq)
+    meta = {"properties": props}
+    if m.tags is not None:
+        meta["tags"] = m.tags
+    if m.keys:
+        meta["keys"] = m.keys if isinstance(m.keys, str) else [str(k) for k in m.keys]
+    if m.flag:
+        meta["flag"] = m.flag
+    if m.born_timestamp:
+        meta["born_timestamp"] = m.born_timestamp
+    return meta
+
+
+def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list]:
+    """(fields, frames, uniq_keys) of a `put_batch` request. `items` are bodies (bytes or str)
+    or core.Message objects (their tags, keys, properties and flag are kept)."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("a batch needs at least one message")
+    keys = UNIQ_KEYS.next_keys(n)
+    try:
+        frame = b"".join(items)                       # the fast path: all bodies are bytes
+        metas = [{"properties": {UNIQ_KEY: k}} for k in keys]
+        sizes = [len(b) for b in items]
+    except TypeError:
+        bodies, metas = [], []
+        for item, k in zip(items, keys):
+            if isinstance(item, Message):
+                bodies.append(_as_body(item.body))
+                meta = _message_meta(item, k)
+                metas.append(meta)
+            else:
+                bodies.append(_as_body(item))
+                metas.append({"properties": {UNIQ_KEY: k}})
+        keys = [m["properties"][UNIQ_KEY] for m in metas]
+        frame = b"".join(bodies)
+        sizes = [len(b) for b in bodies]
+    fields = {"topic": topic, "sizes": sizes, "messages": metas}
+    if queue_id is not None:
+        fields["queue_id"] = queue_id
+    if not wait:
+        fields["wait"] = False
+    return fields, [frame], keys
+
+
+class Producer:
+    """Sends messages to a running store. `address` is the front door (`tcp://host:port`);
+    or pass `store=DIR` to read `DIR/run/address`. Thread-safe."""
+
+    def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
+                 window: int = 256, retries: int = 2, default_topic_queues: int = 4,
+                 connection: Connection | None = None):
+        self._conn = connection or Connection(address, store=store, timeout=timeout, window=window)
+        self._own = connection is None
+        self.retries = retries
+        self.default_topic_queues = default_topic_queues
+        self._queues: dict = {}         # topic -> (queue count or None, expires at)
+        self._selector = QueueSelector(self.queue_count)
+
+    @property
+    def connection(self) -> Connection:
+        return self._conn
+
+    # -- queue selection -----------------------------------------------------------------
+    def queue_count(self, topic: str, create: bool = False) -> int | None:
+        """The topic's queue count (cached for 30 s); None when the topic does not exist (with
+        `create`, it is created with `default_topic_queues` queues) or cannot (illegal name)."""
+        now = time.monotonic()
+        cached = self._queues.get(topic)
+        if cached is not None:
+            count, expires = cached
+            if count:
+                if expires <= now:
+                    self._refresh_async(topic)      # stale: use it, refresh in the background
+                return count
+            if expires > now and not create:
+                return None
+        try:
+            try:
+                count = self._conn.call("appender", "topic_info", topic=topic)["queues"]
+            except MQError as e:
+                if e.code != ErrorCode.NOT_FOUND or not create:
+                    raise
+                count = self._conn.call("appender", "create_topic", topic=topic,
+                                        queues=self.default_topic_queues)["queues"]
+        except MQError:                             # unknown or illegal: the put answers why
+            self._queues[topic] = (None, now + UNKNOWN_TOPIC_TTL_S)
+            return None
+        self._queues[topic] = (count, now + TOPIC_INFO_TTL_S)
+        return count
+
+    def _refresh_async(self, topic: str) -> None:
+        self._queues[topic] = (self._queues[topic][0], time.monotonic() + TOPIC_INFO_TTL_S)
+
+        def done(env, _frames):
+            if isinstance(env.get("queues"), int) and env["queues"] > 0:
+                self._queues[topic] = (env["queues"], time.monotonic() + TOPIC_INFO_TTL_S)
+        self._conn.request("appender", "topic_info", {"topic": topic}, transform=done)
+
+    def select_queue(self, topic: str, queue_id=None, sharding_key=None):
+        """The queue to send to (None: let the appender pick)."""
+        return self._selector.select(topic, queue_id, sharding_key)
+
+    # -- sending -------------------------------------------------------------------------
+    def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
+                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None):
+        """Send one message; a Future of its SendResult. Many may be in flight; with `window`
+        requests in flight this waits for a reply first (TimeoutError after `timeout`)."""
+        qid = self.select_queue(topic, queue_id, sharding_key)
+        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, qid, flag, wait)
+        return self._conn.request("appender", "put", fields, frames, timeout,
+                                  lambda env, _f: parse_send_reply(env, topic, [uniq]))
+
+    def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
+             sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None) -> SendResult:
+        """Send one message and wait for its SendResult."""
+        qid = self.select_queue(topic, queue_id, sharding_key)
+        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, qid, flag, wait)
+        return self._send_with_retries("put", fields, frames, timeout,
+                                       lambda env, _f: parse_send_reply(env, topic, [uniq]))
+
+    def send_batch_async(self, topic: str, bodies_or_messages, queue_id=None, *, sharding_key=None,
+                         wait: bool = True, timeout: float | None = None):
+        """Send messages of one topic to one queue as one unit; a Future of the SendResult
+        (waits for room in the window as `send_async` does)."""
+        qid = self.select_queue(topic, queue_id, sharding_key)
+        fields, frames, uniq = encode_batch(topic, bodies_or_messages, qid, wait)
+        return self._conn.request("appender", "put_batch", fields, frames, timeout,
+                                  lambda env, _f: parse_send_reply(env, topic, uniq))
+
+    def send_batch(self, topic: str, bodies_or_messages, queue_id=None, *, sharding_key=None,
+                   wait: bool = True, timeout: float | None = None) -> SendResult:
+        """Send messages of one topic to one queue as one unit (all stored or none)."""
+        qid = self.select_queue(topic, queue_id, sharding_key)
+        fields, frames, uniq = encode_batch(topic, bodies_or_messages, qid, wait)
+        return self._send_with_retries("put_batch", fields, frames, timeout,
+                                       lambda env, _f: parse_send_reply(env, topic, uniq))
+
+    def _send_with_retries(self, op, fields, frames, timeout, transform) -> SendResult:
+        attempt = 0
+        while True:
+            try:
+                result = self._conn.request("appender", op, fields, frames, timeout, transform).result()
+            except (TimeoutError, ConnectionError):
+                if attempt >= self.retries or self._conn.closed:
+                    raise
+            else:
+                if result.status not in _RETRY_STATUSES or attempt >= self.retries:
+                    return result
+                time.sleep(0.05 * (2 ** attempt))
+            attempt += 1
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every request sent so far is answered (or timed out)."""
+        return self._conn.wait(lambda: self._conn.in_flight == 0, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for the replies of requests already sent (up to `timeout`, default the request
+        timeout), then close the connection if this producer opened it."""
+        if self._own and not self._conn.closed:
+            self.flush(self._conn.timeout if timeout is None else timeout)
+            self._conn.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,271 @@
+"""Messages as clients receive them.
+
+`ReceivedMessage` is a view of one CommitLog record inside a pull reply in the "raw" format
+(frame 1 = stored records concatenated, docs/FORMAT.md). Splitting a frame unpacks each
+record's fixed header once (one struct call, which also gives TOTALSIZE, the step to the next
+record); the variable tail (topic, properties, tags, keys) is parsed on the first access of
+one of those, hosts only when asked, and the body is sliced when read. A consumer that reads
+only `body` and offsets never parses properties.
+
+`message_from_fields` builds a `core.MessageExt` from a reply in the "fields" format
+(a metadata map per message plus one frame of concatenated bodies), as `query_by_key`,
+`view_by_id` and `look_by_offset` answer.
+"""
+from __future__ import annotations
+
+import base64
+import struct
+
+from core.codec import MAGIC_V1, MAGIC_V2
+from core.message import (
+    DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
+)
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
+# STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
+_HEADERS = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
+_HEADER_V4 = _HEADERS[8, 8]
+_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_MIN_RECORD = 91
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+
+
+class ReceivedMessage:
+    """One stored message: its header fields, decoded when the frame was split, and the rest
+    decoded on demand from the frame. Attribute names are those of `core.MessageExt` (plus
+    `phys_offset`)."""
+
+    __slots__ = ("_buf", "_h", "_p", "_t")
+
+    def __init__(self, buf: bytes, header: tuple, body_pos: int):
+        self._buf = buf
+        self._h = header    # the header struct's fields, TOTALSIZE .. BODYLEN
+        self._p = body_pos
+        self._t = None      # (topic, tags, keys, properties)
+
+    def _tail(self) -> tuple:
+        h, buf = self._h, self._buf
+        p = self._p + h[14]
+        if h[1] == MAGIC_V1:
+            topic_len = buf[p]
+            p += 1
+        else:
+            topic_len = _I16.unpack_from(buf, p)[0]
+            p += 2
+        topic = buf[p:p + topic_len].decode("utf-8")
+        p += topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        props = string_to_properties(buf[p + 2:p + 2 + props_len].decode("utf-8")) if props_len > 0 else {}
+        tags = props.pop(PROPERTY_TAGS, None)
+        keys = props.pop(PROPERTY_KEYS, None)
+        self._t = t = (topic, tags, keys, props)
+        return t
+
+    # -- fixed fields --------------------------------------------------------------------
+    @property
+    def store_size(self) -> int:
+        return self._h[0]
+
+    @property
+    def body_crc(self) -> int:
+        return self._h[2]
+
+    @property
+    def queue_id(self) -> int:
+        return self._h[3]
+
+    @property
+    def flag(self) -> int:
+        return self._h[4]
+
+    @property
+    def queue_offset(self) -> int:
+        return self._h[5]
+
+    @property
+    def phys_offset(self) -> int:
+        return self._h[6]
+
+    commit_log_offset = phys_offset
+
+    @property
+    def sys_flag(self) -> int:
+        return self._h[7]
+
+    @property
+    def born_timestamp(self) -> int:
+        return self._h[8]
+
+    @property
+    def store_timestamp(self) -> int:
+        return self._h[10]
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._h[12]
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        return self._h[13]
+
+    @property
+    def body(self) -> bytes:
+        p = self._p
+        return self._buf[p:p + self._h[14]]
+
+    @property
+    def born_host(self) -> tuple:
+        return bytes_to_host(self._h[9])
+
+    @property
+    def store_host(self) -> tuple:
+        return bytes_to_host(self._h[11])
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id: store host address + port + physical offset, upper-case hex."""
+        h = self._h
+        return (h[11] + _I64.pack(h[6])).hex().upper()
+
+    # -- variable fields -----------------------------------------------------------------
+    @property
+    def topic(self) -> str:
+        return (self._t or self._tail())[0]
+
+    @property
+    def tags(self) -> str | None:
+        return (self._t or self._tail())[1]
+
+    @property
+    def keys(self) -> str | None:
+        return (self._t or self._tail())[2]
+
+    @property
+    def properties(self) -> dict:
+        """User properties (TAGS and KEYS are lifted out into `tags` and `keys`)."""
+        return (self._t or self._tail())[3]
+
+    @property
+    def keys_list(self) -> list:
+        keys = self.keys
+        return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    def to_message_ext(self) -> MessageExt:
+        return MessageExt(
+            topic=self.topic, body=self.body, queue_id=self.queue_id, flag=self.flag, tags=self.tags,
+            keys=self.keys, properties=dict(self.properties), born_timestamp=self.born_timestamp,
+            born_host=self.born_host, store_host=self.store_host, sys_flag=self.sys_flag,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+            queue_offset=self.queue_offset, commit_log_offset=self.phys_offset,
+            store_size=self.store_size, store_timestamp=self.store_timestamp,
+            body_crc=self.body_crc, msg_id=self.msg_id)
+
+    def __repr__(self) -> str:
+        return (f"ReceivedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, msg_id={self.msg_id}, body={self.body[:32]!r})")
+
+
+def split_records(buf) -> list:
+    """ReceivedMessage views of the records concatenated in `buf` (copied once into bytes when
+    it is another buffer). Anything that is not a whole record (a blank, a bad magic, a length
+    that runs past the end) raises ValueError: the frame is not what the protocol says."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    out = []
+    append = out.append
+    pos = 0
+    end = len(buf)
+    unpack = _HEADER_V4.unpack_from
+    try:
+        while pos < end:
+            h = unpack(buf, pos)
+            size = _HEADER_V4.size
+            if h[7] & _V6_BITS:
+                header = _HEADERS[20 if h[7] & SYSFLAG_BORNHOST_V6 else 8,
+                                  20 if h[7] & SYSFLAG_STOREHOST_V6 else 8]
+                h = header.unpack_from(buf, pos)
+                size = header.size
+            total = h[0]
+            if (h[1] != MAGIC_V1 and h[1] != MAGIC_V2) or total < _MIN_RECORD or pos + total > end \
+                    or h[14] < 0 or size + h[14] > total:
+                raise ValueError(f"no whole record at {pos} of a {end}-byte frame")
+            append(ReceivedMessage(buf, h, pos + size))
+            pos += total
+    except struct.error:
+        raise ValueError(f"a truncated record at {pos} of a {end}-byte frame") from None
+    return out
+
+
+def parse_host(value) -> tuple:
+    """`"ip:port"` (or `"[v6]:port"`, or an [ip, port] pair) -> (ip, port)."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return str(value[0]), int(value[1])
+    if isinstance(value, str) and ":" in value:
+        host, _, port = value.rpartition(":")
+        try:
+            return host.strip("[]"), int(port)
+        except ValueError:
+            return host, 0
+    return DEFAULT_HOST
+
+
+def message_from_fields(meta: dict, body: bytes) -> MessageExt:
+    """A MessageExt from one metadata map of the "fields" format and its body."""
+    keys = meta.get("keys")
+    if isinstance(keys, (list, tuple)):
+        keys = KEY_SEPARATOR.join(str(k) for k in keys)
+    props = meta.get("properties") or {}
+    props = {str(k): str(v) for k, v in props.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS)} \
+        if isinstance(props, dict) else {}
+    return MessageExt(
+        topic=meta.get("topic", ""), body=body, queue_id=meta.get("queue_id", 0),
+        flag=meta.get("flag", 0), tags=meta.get("tags"), keys=keys or None, properties=props,
+        born_timestamp=meta.get("born_timestamp", 0), born_host=parse_host(meta.get("born_host")),
+        store_host=parse_host(meta.get("store_host")), sys_flag=meta.get("sys_flag", 0),
+        reconsume_times=meta.get("reconsume_times", 0), queue_offset=meta.get("queue_offset", 0),
+        commit_log_offset=meta.get("phys_offset", 0), store_size=meta.get("store_size", 0),
+        store_timestamp=meta.get("store_timestamp", 0), body_crc=meta.get("body_crc", 0),
+        msg_id=meta.get("msg_id", ""))
+
+
+def messages_from_reply(env: dict, frames: list) -> list:
+    """The MessageExt list of a "fields" reply: `messages` metadata, bodies split by `body_size`."""
+    metas = env.get("messages") or []
+    data = frames[0] if frames else b""
+    out = []
+    pos = 0
+    for meta in metas:
+        n = int(meta.get("body_size", 0))
+        out.append(message_from_fields(meta, bytes(data[pos:pos + n])))
+        pos += n
+    return out
+
+
+def host_text(host: tuple) -> str:
+    """(ip, port) -> "ip:port" ("[ip]:port" for IPv6)."""
+    ip, port = host
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def message_to_dict(m) -> dict:
+    """A JSON-ready map of a ReceivedMessage or MessageExt: the body as text when it is UTF-8,
+    else as `body_base64`."""
+    out = {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+           "phys_offset": m.commit_log_offset, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys,
+           "properties": dict(m.properties), "flag": m.flag, "born_timestamp": m.born_timestamp,
+           "store_timestamp": m.store_timestamp, "born_host": host_text(m.born_host),
+           "store_host": host_text(m.store_host), "store_size": m.store_size,
+           "reconsume_times": m.reconsume_times}
+    body = bytes(m.body)
+    try:
+        out["body"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body_base64"] = base64.b64encode(body).decode("ascii")
+    return out

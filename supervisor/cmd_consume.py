@@ -1,0 +1,103 @@
+"""`mqstore consume --topic T --group G [--follow] [--from earliest|latest] [--tag-filter EXPR]
+[--queues LIST] [--max N] [--json] [--no-commit] [--store DIR | --address A]`: read messages
+of a topic as consumer group G.
+
+Each queue starts at the group's committed offset; a group that never committed starts at
+the oldest message (`--from earliest`, the default) or after the newest (`--from latest`).
+Without `--follow` the command stops once every queue has been read to its end; with it, it
+waits for new messages until Ctrl-C. `--max N` stops after N messages. The group's offsets
+are committed when the command ends (and every 5 s while it runs) unless `--no-commit`, so
+the next run continues where this one stopped.
+
+Output: one line per message, `QUEUE:OFFSET<TAB>TAGS<TAB>KEYS<TAB>BODY` (`-` for no tags or
+keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON object per
+line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
+timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
+standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
+an error stopped the read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ipc.connection import MQError
+from ipc.consumer import Consumer
+from ipc.received import message_to_dict
+from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+
+POLL_MS = 500
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("consume", help="read messages of a topic as a consumer group",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topic", required=True, metavar="T", help="topic to read")
+    p.add_argument("--group", required=True, metavar="G",
+                   help="consumer group: its committed offsets say where to continue")
+    p.add_argument("--follow", action="store_true",
+                   help="keep waiting for new messages instead of stopping at the end")
+    p.add_argument("--from", dest="start", choices=("earliest", "latest"), default="earliest",
+                   help="where a group without committed offsets starts (default earliest)")
+    p.add_argument("--tag-filter", metavar="EXPR",
+                   help="only messages whose tag matches: '*' or 'TagA || TagB'")
+    p.add_argument("--queues", metavar="LIST", help="comma-separated queue ids (default: all)")
+    p.add_argument("--max", type=int, metavar="N", help="stop after N messages")
+    p.add_argument("--json", action="store_true", help="one JSON object per message")
+    p.add_argument("--no-commit", action="store_true",
+                   help="do not store the group's offsets (read without moving the group)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for each answer of the store (default 10)")
+    add_store_arguments(p)
+    return p
+
+
+def _text(m) -> str:
+    body = bytes(m.body).decode("utf-8", "backslashreplace").replace("\n", "\\n")
+    return f"{m.queue_id}:{m.queue_offset}\t{m.tags or '-'}\t{m.keys or '-'}\t{body}"
+
+
+def _json(m) -> str:
+    return json.dumps(message_to_dict(m), ensure_ascii=False)
+
+
+def run(args) -> int:
+    try:
+        queues = [int(q) for q in args.queues.split(",") if q.strip()] if args.queues else None
+        if args.max is not None and args.max < 0:
+            raise ValueError("--max must be >= 0")
+        address = locate(args)[0]
+    except (ValueError, NotRunning) as e:
+        print(f"mqstore consume: {e}", file=sys.stderr)
+        return 1
+    fmt = _json if args.json else _text
+    out = sys.stdout
+    count = 0
+    consumer = None
+    try:
+        consumer = Consumer(address, args.group, args.topic, queues=queues, tag_filter=args.tag_filter,
+                            start=args.start, auto_commit=not args.no_commit, timeout=args.timeout)
+        while args.max is None or count < args.max:
+            left = None if args.max is None else args.max - count
+            msgs = consumer.poll(POLL_MS, max_records=left)
+            for m in msgs:
+                out.write(fmt(m) + "\n")
+            count += len(msgs)
+            if msgs:
+                out.flush()
+            elif not args.follow and consumer.caught_up:
+                break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        sys.stdout = None                         # the reader went away (| head): stop quietly
+    except (ConnectionError, TimeoutError, MQError, ValueError) as e:
+        print(f"mqstore consume: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if consumer is not None:
+            consumer.close()
+    print(f"mqstore consume: {count} messages from {args.topic} as {args.group}", file=sys.stderr)
+    return 0

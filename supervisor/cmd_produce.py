@@ -1,0 +1,154 @@
+"""`mqstore produce --topic T [--body TEXT | --file F] [--tags TAGS] [--keys KEYS]
+[--property NAME=VALUE ...] [--queue Q | --sharding-key K] [--count N] [--batch N]
+[--in-flight W] [--no-wait] [--quiet] [--store DIR | --address A]`: put messages into a
+running store.
+
+The message body is `--body TEXT` (UTF-8), or the whole content of `--file F`, sent `--count`
+times; without either, every line read from standard input is one message (its newline
+removed). `--batch N` sends N messages per `put_batch` request (one queue per batch, stored
+as one unit); otherwise one `put` per message. Up to `--in-flight` requests are kept in flight.
+Tags, keys and properties apply to every message; each message also gets its own UNIQ_KEY.
+
+Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
+offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
+message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import sys
+import time
+
+from core.message import Message
+from ipc.connection import MQError
+from ipc.producer import Producer
+from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("produce", help="put messages into a running store",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topic", required=True, metavar="T", help="topic to put into (created on first put)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--body", metavar="TEXT", help="message body (UTF-8 text)")
+    src.add_argument("--file", metavar="F", help="read the message body from file F (bytes as they are)")
+    p.add_argument("--tags", metavar="TAGS", help="the TAGS property of every message")
+    p.add_argument("--keys", metavar="KEYS", help="the KEYS property: space-separated keys to query by")
+    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+                   help="a user property (repeatable)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--queue", type=int, metavar="Q", help="queue id (default: round robin)")
+    where.add_argument("--sharding-key", metavar="K",
+                       help="pick the queue by hashing K, so equal keys keep their order in one queue")
+    p.add_argument("--count", type=int, default=1, metavar="N",
+                   help="send the --body/--file message N times (default 1; not used with stdin)")
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="messages per put_batch request (default 1: one put per message)")
+    p.add_argument("--in-flight", type=int, default=8, metavar="W",
+                   help="requests kept in flight at once (default 8)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="under SYNC_FLUSH, do not wait for the flush before the answer")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for each answer (default 10)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    add_store_arguments(p)
+    return p
+
+
+def _properties(pairs: list) -> dict:
+    props = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--property {pair!r}: expected NAME=VALUE")
+        props[name] = value
+    return props
+
+
+def _bodies(args):
+    if args.body is not None:
+        return itertools.repeat(args.body.encode("utf-8"), args.count)
+    if args.file is not None:
+        with open(args.file, "rb") as f:
+            data = f.read()
+        return itertools.repeat(data, args.count)
+    return (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
+
+
+def _line(result) -> str:
+    if result.count > 1:
+        where = f"queue {result.queue_id} offsets {result.queue_offset}..{result.queue_offset + result.count - 1}"
+        return f"{result.status.name} {result.msg_id} {where} ({result.count} messages)"
+    reason = f" {result.error_code!r}: {result.reason}" if result.error_code else ""
+    return f"{result.status.name} {result.msg_id or '-'} queue {result.queue_id} offset {result.queue_offset}{reason}"
+
+
+def run(args) -> int:
+    try:
+        props = _properties(args.property)
+        if args.count < 0 or args.batch < 1 or args.in_flight < 1:
+            raise ValueError("--count must be >= 0, --batch and --in-flight >= 1")
+        address = locate(args)[0]
+        bodies = _bodies(args)
+    except (ValueError, OSError, NotRunning) as e:
+        print(f"mqstore produce: {e}", file=sys.stderr)
+        return 1
+    plain = args.tags is None and args.keys is None and not props
+    sent = failed = 0
+    start = time.monotonic()
+    try:
+        with Producer(address, timeout=args.timeout) as producer:
+            inflight = collections.deque()
+
+            def settle(entry) -> None:
+                nonlocal failed
+                fut, n = entry
+                try:
+                    result = fut.result()
+                except (TimeoutError, ConnectionError) as e:
+                    failed += n
+                    print(f"mqstore produce: {e}", file=sys.stderr)
+                    return
+                if not result.ok:
+                    failed += n
+                if not args.quiet or not result.ok:
+                    print(_line(result), file=sys.stdout if result.ok else sys.stderr)
+
+            wait = not args.no_wait
+            for chunk in _chunks(bodies, args.batch):
+                if len(chunk) > 1 or args.batch > 1:
+                    items = chunk if plain else [Message(args.topic, b, tags=args.tags, keys=args.keys,
+                                                         properties=dict(props)) for b in chunk]
+                    fut = producer.send_batch_async(args.topic, items, args.queue,
+                                                    sharding_key=args.sharding_key, wait=wait)
+                else:
+                    fut = producer.send_async(args.topic, chunk[0], args.tags, args.keys, props, args.queue,
+                                              sharding_key=args.sharding_key, wait=wait)
+                sent += len(chunk)
+                inflight.append((fut, len(chunk)))
+                while len(inflight) >= args.in_flight or (inflight and inflight[0][0].done()):
+                    settle(inflight.popleft())
+            while inflight:
+                settle(inflight.popleft())
+    except (ConnectionError, TimeoutError, MQError) as e:
+        print(f"mqstore produce: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"mqstore produce: interrupted after {sent} messages", file=sys.stderr)
+        return 130
+    took = time.monotonic() - start
+    rate = f", {sent / took:,.0f} msg/s" if took > 0 and sent else ""
+    print(f"mqstore produce: {sent - failed} of {sent} messages stored in {took:.2f} s{rate}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _chunks(iterable, n: int):
+    it = iter(iterable)
+    while True:
+        chunk = list(itertools.islice(it, n))
+        if not chunk:
+            return
+        yield chunk

@@ -1,0 +1,84 @@
+"""`mqstore query --topic T --key K [--max N] [--begin MS] [--end MS]`, `mqstore query --id
+MSGID`, `mqstore query --offset PHYS` [--json] [--store DIR | --address A]: look messages up.
+
+`--key` searches the index for messages of topic T whose KEYS (or UNIQ_KEY) include K, newest
+first, optionally only those stored between `--begin` and `--end` (milliseconds since the
+epoch). `--id` finds one message by its offset message id (the `msgId` that produce prints);
+`--offset` reads the message stored at that CommitLog offset.
+
+Prints each message as a block of fields, or with `--json` one JSON object per line (as
+`mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
+the store is not running).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ipc.admin import Admin
+from ipc.connection import MQError
+from ipc.received import host_text, message_to_dict
+from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("query", help="look messages up by key, id or offset",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--key", metavar="K", help="a message key (KEYS or UNIQ_KEY); needs --topic")
+    what.add_argument("--id", metavar="MSGID", help="an offset message id (32 hex digits)")
+    what.add_argument("--offset", type=int, metavar="PHYS", help="a CommitLog (physical) offset")
+    p.add_argument("--topic", metavar="T", help="topic to search by key")
+    p.add_argument("--max", type=int, default=32, metavar="N", help="most messages by key (default 32)")
+    p.add_argument("--begin", type=int, default=0, metavar="MS", help="stored at or after (ms since epoch)")
+    p.add_argument("--end", type=int, metavar="MS", help="stored at or before (ms since epoch; default now)")
+    p.add_argument("--json", action="store_true", help="one JSON object per message")
+    add_store_arguments(p)
+    return p
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def describe(m) -> str:
+    body = bytes(m.body)
+    text = body.decode("utf-8", "backslashreplace")
+    props = " ".join(f"{k}={v}" for k, v in sorted(m.properties.items())) or "-"
+    rows = [
+        ("msgId", m.msg_id), ("topic", m.topic), ("queue", f"{m.queue_id} offset {m.queue_offset}"),
+        ("phys offset", f"{m.commit_log_offset} ({m.store_size} bytes)"),
+        ("tags", m.tags or "-"), ("keys", m.keys or "-"), ("properties", props),
+        ("born", f"{_when(m.born_timestamp)} from {host_text(m.born_host)}"),
+        ("stored", f"{_when(m.store_timestamp)} at {host_text(m.store_host)}"),
+        ("body", f"{len(body)} bytes: {text[:2000]}{'...' if len(text) > 2000 else ''}"),
+    ]
+    return "\n".join(f"{name + ':':<13}{value}" for name, value in rows)
+
+
+def run(args) -> int:
+    if args.key is not None and not args.topic:
+        print("mqstore query: --key needs --topic", file=sys.stderr)
+        return 1
+    try:
+        with Admin(locate(args)[0]) as admin:
+            if args.key is not None:
+                found = admin.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
+            elif args.id is not None:
+                found = [m for m in (admin.view_by_id(args.id),) if m is not None]
+            else:
+                found = [m for m in (admin.look_by_offset(args.offset),) if m is not None]
+    except (NotRunning, ConnectionError, TimeoutError, MQError) as e:
+        print(f"mqstore query: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        for m in found:
+            print(json.dumps(message_to_dict(m), ensure_ascii=False))
+    else:
+        print("\n\n".join(describe(m) for m in found))
+    if not found:
+        print("mqstore query: no message found", file=sys.stderr)
+    return 0 if found else 1

@@ -1,0 +1,91 @@
+"""`mqstore start [--config FILE] [--store DIR] [--host H] [--port P] [--metrics-port M]
+[--foreground]`: run a store under the supervisor, in this terminal, until Ctrl-C, SIGTERM or
+`mqstore stop`.
+
+The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` and `--port`
+(core.config); without `--store` or a store directory in the configuration the store is
+`./store-data`, as for every command (supervisor.cli). The front door listens on
+`--port` (default the `listen_port` key, 10911), the appender on port+2 and the reader on
+port+3; `--port 0` picks free ports. Once every service runs, the supervisor prints
+`mqstore ready at tcp://HOST:PORT` on stdout (and writes it to `<store>/run/address`).
+
+Recovery shows a progress bar on a terminal (percent of the bytes to scan) and log lines
+otherwise. The supervisor's log goes to stderr and to `<store>/logs/supervisor.log`; each
+service logs to `<store>/logs/<service>.log`. Ctrl-C stops cleanly; a second Ctrl-C kills the
+services at once (the abort file then stays and the next start runs the abnormal recovery).
+
+The supervisor always runs in the foreground (as under systemd or a container runtime);
+`--foreground` says so explicitly.
+
+Exit status: 0 after a stop (`logs/supervisor.log` says whether it was clean), 1 when the
+store cannot start or recover (the message says why), 2 for a usage error (bad option or
+configuration, a port in use, the store locked by a running supervisor), 130 when interrupted
+during recovery.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from core.config import StoreConfig
+from supervisor.cli import EXIT_USAGE, add_store_options, store_config
+from supervisor.daemon import Supervisor
+from supervisor.metrics import Metrics
+from supervisor.progress import ProgressBar
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("start", help="start a store and supervise its services",
+                              description=__doc__.split("\n\n")[0])
+    add_store_options(p)
+    p.add_argument("--host", default="127.0.0.1", metavar="H",
+                   help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, metavar="P",
+                   help="front door port (default: listen_port, 10911); the appender uses P+2, "
+                        "the reader P+3; 0 picks free ports")
+    p.add_argument("--metrics-port", type=int, metavar="M",
+                   help="serve Prometheus metrics at http://H:M/metrics")
+    p.add_argument("--foreground", action="store_true",
+                   help="stay in the foreground (the only mode; accepted for scripts)")
+    return p
+
+
+def load_config(args) -> StoreConfig:
+    """The store options as every command reads them (supervisor.cli), then `--port`."""
+    config = store_config(args, must_exist=False)
+    if args.port is not None:
+        config = config.replace(listen_port=args.port)
+    return config
+
+
+def setup_logging(config: StoreConfig) -> None:
+    os.makedirs(config.logs_dir, exist_ok=True)
+    root = logging.getLogger("mqstore")
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    to_file = logging.FileHandler(os.path.join(config.logs_dir, "supervisor.log"))
+    to_file.setFormatter(logging.Formatter(
+        "%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s"))
+    to_err = logging.StreamHandler(sys.stderr)
+    to_err.setFormatter(logging.Formatter("mqstore: %(message)s"))
+    for handler in (to_file, to_err):
+        root.addHandler(handler)
+    core_log = logging.getLogger("core")
+    core_log.setLevel(logging.INFO)
+    core_log.addHandler(to_file)
+
+
+def run(args) -> int:
+    config = load_config(args)                 # ConfigError: supervisor.cli reports it, exit 2
+    if args.metrics_port is not None and not 0 < args.metrics_port <= 65535:
+        print(f"mqstore start: --metrics-port {args.metrics_port}: must be between 1 and 65535",
+              file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config)
+    metrics = Metrics(args.metrics_port, args.host) if args.metrics_port is not None else None
+    sup = Supervisor(config, host=args.host, port=config.listen_port, metrics=metrics,
+                     progress=ProgressBar("recovering", stream=sys.stderr), out=sys.stdout)
+    sup.install_signal_handlers()
+    logging.getLogger("mqstore").info("starting the store at %s", config.store_path_root_dir)
+    return sup.run()

@@ -1,0 +1,189 @@
+"""`mqstore status [--store DIR | --address A] [--json]`: what a running store is doing.
+
+Asks the supervisor's front door for `status` and prints, for each service, its pid, state,
+uptime, restarts, RSS and CPU; the CommitLog positions with their lags; the health flags; the
+store's disk use; and any error (a service in BACKOFF, a failed recovery). `--json` prints the
+reply's fields as one JSON object instead of the table.
+
+The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--store` (its
+`run/address`, written by the supervisor once it is ready). Exit status: 0 when the store
+answered, 1 when it is not running or does not answer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import psutil
+import zmq
+
+from core.config import ENV_PREFIX
+from ipc.connection import DEFAULT_STORE
+from ipc.protocol import pack, unpack
+from ipc.sockets import make_socket
+
+TIMEOUT_S = 5.0
+
+
+class NotRunning(Exception):
+    """No supervisor answers for this store; the message says what was found."""
+
+
+def add_store_arguments(parser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="DIR",
+                       help=f"store directory (its run/address names the front door; default {DEFAULT_STORE})")
+    where.add_argument("--address", metavar="A", help="front door address, tcp://HOST:PORT")
+
+
+def store_root(args) -> str:
+    """The store directory of `--store`, else MQSTORE_STORE_PATH_ROOT_DIR, else ./store-data."""
+    return os.path.abspath(os.path.expanduser(
+        args.store or os.environ.get(ENV_PREFIX + "STORE_PATH_ROOT_DIR") or DEFAULT_STORE))
+
+
+def locate(args) -> tuple[str, int | None, str | None]:
+    """(front door address, supervisor pid or None, store root or None) for `args`."""
+    if args.address:
+        return args.address, None, None
+    root = store_root(args)
+    run = os.path.join(root, "run")
+    try:
+        with open(os.path.join(run, "address")) as f:
+            address = f.read().strip()
+    except OSError:
+        raise NotRunning(f"no store is running at {root} (no run/address)") from None
+    pid = read_pid(os.path.join(run, "supervisor.pid"))
+    if pid is not None and not pid_alive(pid):
+        raise NotRunning(f"no store is running at {root}: supervisor pid {pid} has exited "
+                         "(the abort file stays; the next start runs the abnormal recovery)")
+    return address, pid, root
+
+
+def read_pid(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def call_front(address: str, op: str, timeout: float = TIMEOUT_S) -> dict:
+    """One request to the front door; NotRunning when nobody answers within `timeout`."""
+    ctx = zmq.Context.instance()
+    sock = make_socket(ctx, zmq.DEALER)
+    try:
+        sock.connect(address)
+        sock.send(pack({"op": op, "rid": 1}))
+        if not sock.poll(timeout * 1000):
+            raise NotRunning(f"no answer from {address} within {timeout:g} s")
+        reply = unpack(sock.recv_multipart()[0])
+    finally:
+        sock.close(0)
+    if not isinstance(reply, dict) or reply.get("status") != "OK":
+        raise NotRunning(f"{address} answered {op!r} with {reply!r}")
+    return reply
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("status", help="show the services, positions and disk use of a "
+                              "running store", description=__doc__.split("\n\n")[0])
+    add_store_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
+                   help=f"seconds to wait for an answer (default {TIMEOUT_S:g})")
+    return p
+
+
+def run(args) -> int:
+    try:
+        address, _pid, _root = locate(args)
+        reply = call_front(address, "status", args.timeout)
+    except NotRunning as e:
+        print(f"mqstore status: {e}", file=sys.stderr)
+        return 1
+    reply.pop("rid", None)
+    reply.pop("status", None)
+    if args.json:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+    else:
+        print(render(reply))
+    return 0
+
+
+# -- the human table --------------------------------------------------------------------
+def human_bytes(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_duration(seconds) -> str:
+    s = int(seconds or 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+POSITION_LAGS = (("wrote", None), ("committed", "commit"), ("flushed", "flush"),
+                 ("confirm", "confirm"), ("dispatched", "dispatch"),
+                 ("dispatched_durable", "dispatch_durable"), ("min", None))
+
+
+def render(st: dict) -> str:
+    sup = st.get("supervisor", {})
+    lines = [f"store {sup.get('store', '?')}  at {sup.get('address', '?')}",
+             f"supervisor pid {sup.get('pid', '?')}  {sup.get('phase', '?')}  up "
+             f"{human_duration(sup.get('uptime_s'))}  recovery: {sup.get('recovery') or '?'}", ""]
+    rows = [["SERVICE", "PID", "STATE", "UPTIME", "RESTARTS", "RSS", "CPU", "FDS"]]
+    for s in st.get("services", []):
+        state = s.get("state", "?")
+        if s.get("restart_in_s") is not None:
+            state += f" (restart in {s['restart_in_s']:.0f}s)"
+        elif s.get("progress"):
+            done, total = s["progress"]
+            state += f" {100 * done // total if total else 0}%"
+        rows.append([s.get("name", "?"), str(s.get("pid") or "-"), state,
+                     human_duration(s.get("uptime_s")) if s.get("pid") else "-",
+                     str(s.get("restarts", 0)), human_bytes(s.get("rss")) if s.get("pid") else "-",
+                     f"{s.get('cpu', 0.0):.1f}%" if s.get("pid") else "-",
+                     str(s.get("fds", "-")) if s.get("pid") else "-"])
+    lines += _table(rows) + [""]
+    pos, lags = st.get("positions", {}), st.get("lags", {})
+    rows = [["POSITION", "OFFSET", "LAG"]]
+    for name, lag in POSITION_LAGS:
+        if name in pos:
+            rows.append([name, str(pos[name]),
+                         "" if lag is None else f"{lags.get(lag, 0)} B behind"])
+    lines += _table(rows) + [""]
+    lines.append("flags: " + (", ".join(st.get("flags", [])) or "none"))
+    disk = st.get("disk")
+    if disk:
+        lines.append(f"disk: store {human_bytes(disk['store_bytes'])} (commitlog "
+                     f"{human_bytes(disk['commitlog_bytes'])}, consumequeue "
+                     f"{human_bytes(disk['consumequeue_bytes'])}, index "
+                     f"{human_bytes(disk['index_bytes'])}); file system "
+                     f"{100 * disk['fs_used_ratio']:.1f}% used, {human_bytes(disk['fs_free'])} free")
+    for err in st.get("errors", []):
+        lines.append(f"error: {err}")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""`mqstore topics [--offsets] [--json]` and `mqstore topics --create NAME [--queues N]`
+[--store DIR | --address A]: list or create topics.
+
+The list shows each topic with its queue count and the number of messages its queues hold
+(max offset - min offset summed); `--offsets` adds every queue's min and max offset, `--json`
+prints one JSON object per topic instead. `--create NAME --queues N` creates a topic with N
+queues (1..1024, default 4), or changes the queue count of an existing one. Topics are also
+created by the first put, with the store's `default_topic_queue_nums` queues.
+
+Exit status: 0 on success, 1 when the store is not running or refused the request.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ipc.admin import Admin
+from ipc.connection import MQError
+from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("topics", help="list or create topics",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--create", metavar="NAME",
+                   help="create topic NAME (characters a-z A-Z 0-9 _ - %% |, at most 127 bytes)")
+    p.add_argument("--queues", type=int, default=4, metavar="N",
+                   help="queues of the topic to create (1..1024, default 4)")
+    p.add_argument("--offsets", action="store_true", help="list every queue's min and max offset")
+    p.add_argument("--json", action="store_true", help="one JSON object per topic")
+    add_store_arguments(p)
+    return p
+
+
+def _listing(admin: Admin, with_offsets: bool) -> list:
+    rows = []
+    for t in admin.topics():
+        try:
+            queues = admin.queue_offsets(t["topic"])
+        except MQError:
+            queues = []
+        row = {"topic": t["topic"], "queues": t["queues"],
+               "messages": sum(q["max_offset"] - q["min_offset"] for q in queues)}
+        if with_offsets:
+            row["offsets"] = queues
+        rows.append(row)
+    return rows
+
+
+def _print(rows: list, with_offsets: bool) -> None:
+    if not rows:
+        print("no topics")
+        return
+    width = max(len("TOPIC"), *(len(r["topic"]) for r in rows))
+    print(f"{'TOPIC':<{width}}  {'QUEUES':>6}  {'MESSAGES':>10}")
+    for r in rows:
+        print(f"{r['topic']:<{width}}  {r['queues']:>6}  {r['messages']:>10}")
+        for q in r.get("offsets", ()):
+            print(f"{'':<{width}}    queue {q['queue_id']}: offsets {q['min_offset']}..{q['max_offset']}")
+
+
+def run(args) -> int:
+    try:
+        with Admin(locate(args)[0]) as admin:
+            if args.create:
+                made = admin.create_topic(args.create, args.queues)
+                print(f"topic {made['topic']} has {made['queues']} queues")
+                return 0
+            rows = _listing(admin, args.offsets)
+    except (NotRunning, ConnectionError, TimeoutError, MQError) as e:
+        print(f"mqstore topics: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        _print(rows, args.offsets)
+    return 0

@@ -1,0 +1,180 @@
+"""A real supervisor for tests: `python -m supervisor.cli start --store DIR --port 0 --config
+FILE` as a subprocess, its address read from the `mqstore ready at tcp://...` line, and
+helpers to ask its front door, to poll its status with a deadline, and to stop or kill it.
+
+Every store here uses tiny segments (the same sizes as tests/conftest.py) through a TOML
+file, so that segments roll and blank records appear within a few hundred messages, and
+flushes whatever is dirty every 100 ms, so that tests waiting for FLUSHED wait little.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+from ipc.control_block import read_control_name
+from tests.integration.harness import RawClient
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY_TOML = {
+    "mapped_file_size_commitlog": 4096 * 4,
+    "mapped_file_size_consume_queue": 20 * 50,
+    "max_hash_slot_num": 64,
+    "max_index_num": 512,
+    "flush_interval_commitlog": 10,
+    "flush_commitlog_thorough_interval": 100,
+    "commit_interval_commitlog": 10,
+    "flush_interval_consume_queue": 10,
+    "flush_consume_queue_thorough_interval": 50,
+}
+READY = "mqstore ready at "
+
+
+def write_toml(path: str, values: dict) -> str:
+    def text(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v) if isinstance(v, int) else f'"{v}"'
+    with open(path, "w") as f:
+        f.writelines(f"{k} = {text(v)}\n" for k, v in values.items())
+    return path
+
+
+def cli(*args, timeout: float = 60.0, env=None) -> subprocess.CompletedProcess:
+    """Run `python -m supervisor.cli ARGS` to completion."""
+    return subprocess.run([sys.executable, "-m", "supervisor.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class SupervisedStore:
+    def __init__(self, tmp_path, name: str = "store", env: dict | None = None,
+                 root: str | None = None, **config):
+        self.root = root or str(tmp_path / name)
+        self.toml = write_toml(str(tmp_path / f"{name}.toml"), {**TINY_TOML, **config})
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.address: str | None = None
+        self.lines: queue.Queue = queue.Queue()
+        self.stdout: list[str] = []
+        self.err_path = str(tmp_path / f"{name}.stderr")
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, *extra, timeout: float = 60.0, wait_ready: bool = True) -> "SupervisedStore":
+        err = open(self.err_path, "a")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "supervisor.cli", "start", "--store", self.root,
+                 "--port", "0", "--config", self.toml, *extra],
+                cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=err, text=True)
+        finally:
+            err.close()
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read_stdout, args=(self.proc, self.lines), daemon=True).start()
+        if wait_ready:
+            self.address = self.wait_ready(timeout)
+        return self
+
+    @staticmethod
+    def _read_stdout(proc, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no ready line within {timeout}s; stderr:\n{self.stderr()}")
+            if line is None:
+                raise AssertionError(f"supervisor exited with {self.proc.wait(10)} before ready; "
+                                     f"stderr:\n{self.stderr()}")
+            self.stdout.append(line)
+            if line.startswith(READY):
+                return line[len(READY):].strip()
+
+    def stderr(self) -> str:
+        try:
+            with open(self.err_path) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        code = self.proc.wait(timeout)
+        return code
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """The `stop` op, then wait for the supervisor to exit; its exit code."""
+        reply, _ = self.call("stop")
+        assert reply["status"] == "OK", reply
+        return self.wait_exit(timeout)
+
+    def ensure_stopped(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    # -- talking to it -------------------------------------------------------------------
+    def call(self, op: str, frames=(), timeout: float = 10.0, endpoint: str | None = None, **fields):
+        client = RawClient(endpoint or self.address)
+        try:
+            return client.call(op, frames, timeout=timeout, **fields)
+        finally:
+            client.close()
+
+    def status(self) -> dict:
+        reply, _ = self.call("status")
+        assert reply["status"] == "OK", reply
+        return reply
+
+    def service(self, name: str) -> dict:
+        return next(s for s in self.status()["services"] if s["name"] == name)
+
+    def wait_service(self, name: str, state: str, timeout: float = 30.0, **fields) -> dict:
+        """Poll `status` until service `name` is in `state` with `fields`; its entry."""
+        deadline = time.monotonic() + timeout
+        entry = None
+        while time.monotonic() < deadline:
+            entry = self.service(name)
+            if entry["state"] == state and all(entry.get(k) == v for k, v in fields.items()):
+                return entry
+            time.sleep(0.05)
+        raise AssertionError(f"{name} not {state} {fields} within {timeout}s: {entry}")
+
+    def put(self, topic: str, body: bytes, **fields) -> dict:
+        hello, _ = self.call("hello")
+        reply, _ = self.call("put", [body], endpoint=hello["appender"], topic=topic, **fields)
+        return reply
+
+    # -- what it leaves on disk ----------------------------------------------------------
+    def path(self, *names: str) -> str:
+        return os.path.join(self.root, *names)
+
+    def control_name(self) -> str:
+        return read_control_name(self.path("run"))
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

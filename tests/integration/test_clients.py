@@ -1,0 +1,351 @@
+"""The client library (ipc.Producer, ipc.Consumer, ipc.Admin) and the client commands
+(`mqstore produce|consume|query|topics`) against a real supervised store started with
+`python -m supervisor.cli start --port 0`: what is produced is consumed byte for byte with its
+metadata, queue selection, statuses for refused messages, group offsets across consumers,
+tag filters, seeks, long polling, queries, topics, and a killed appender that the client
+rides over."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from core.message import Message
+from core.status import PutMessageStatus
+from ipc import Admin, Consumer, Producer
+from ipc.connection import MQError
+from ipc.producer import shard_queue
+from ipc.protocol import ErrorCode
+from tests.integration.harness import wait_for
+from tests.integration.supervised import REPO, SupervisedStore
+
+CONFIG = {"mapped_file_size_commitlog": 512 * 1024, "max_message_size": 128 * 1024}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = SupervisedStore(tmp_path_factory.mktemp("clients"), **CONFIG).start()
+    yield s
+    s.ensure_stopped()
+
+
+@pytest.fixture
+def producer(store):
+    with Producer(store.address) as p:
+        yield p
+
+
+@pytest.fixture
+def admin(store):
+    with Admin(store.address) as a:
+        yield a
+
+
+def consume(consumer: Consumer, n: int, timeout: float = 15.0) -> list:
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += consumer.poll(200)
+    return out
+
+
+def test_roundtrip_with_metadata(store, producer):
+    r = producer.send("rt", b"hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
+    assert r.ok and r.count == 1 and len(r.msg_id) == 32 and len(r.uniq_key) == 32
+    b = producer.send_batch("rt", [b"one", Message("rt", b"two", tags="TagB", keys="k3"), "three"], queue_id=r.queue_id)
+    assert b.ok and b.count == 3 and len(b.msg_ids) == 3 and b.queue_id == r.queue_id
+    with Consumer(store.address, "g-rt", "rt", auto_commit=False) as c:
+        got = consume(c, 4)
+    assert [m.body for m in got] == [b"hello", b"one", b"two", b"three"]
+    first = got[0]
+    assert (first.topic, first.tags, first.keys, first.properties["color"]) == ("rt", "TagA", "k1 k2", "red")
+    assert first.uniq_key == r.uniq_key and first.msg_id == r.msg_id
+    assert (first.queue_id, first.queue_offset, first.phys_offset) == (r.queue_id, r.queue_offset, r.phys_offset)
+    assert [m.msg_id for m in got[1:]] == b.msg_ids
+    assert [m.uniq_key for m in got[1:]] == b.uniq_keys
+    assert got[2].tags == "TagB" and got[2].keys == "k3"
+    assert [m.queue_offset for m in got] == list(range(r.queue_offset, r.queue_offset + 4))
+    assert all(m.store_timestamp >= m.born_timestamp - 1000 for m in got)
+
+
+def test_async_sends_keep_many_in_flight(store, producer):
+    futs = [producer.send_batch_async("flight", [b"m%05d" % (i * 10 + j) for j in range(10)]) for i in range(200)]
+    futs += [producer.send_async("flight", b"single%d" % i) for i in range(200)]
+    results = [f.result() for f in futs]
+    assert all(r.ok for r in results)
+    ids = [i for r in results for i in r.msg_ids]
+    assert len(set(ids)) == 2200
+    with Consumer(store.address, "g-flight", "flight", max_msgs=64) as c:
+        got = consume(c, 2200)
+    assert len(got) == 2200 and len({m.uniq_key for m in got}) == 2200
+
+
+def test_queue_selection(store, producer):
+    keyed = [producer.send("sel", b"%d" % i, sharding_key="order-7") for i in range(20)]
+    assert {r.queue_id for r in keyed} == {shard_queue("order-7", 4)}
+    assert [r.queue_offset for r in keyed] == sorted(r.queue_offset for r in keyed)
+    spread = [producer.send("sel", b"rr") for _ in range(8)]
+    assert sorted(r.queue_id for r in spread) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert producer.send("sel", b"x", queue_id=2).queue_id == 2
+    batch = producer.send_batch("sel", [b"a", b"b"], sharding_key="order-7")
+    assert batch.queue_id == shard_queue("order-7", 4)
+    created = producer.send("sel-new", b"x", sharding_key="k")     # unknown topic: created first
+    assert created.ok and created.queue_id == shard_queue("k", 4)
+
+
+def test_refused_messages_are_statuses(store, producer):
+    r = producer.send("sel", b"x", queue_id=99)
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.error_code is ErrorCode.BAD_FIELD
+    for key in (None, "k"):
+        r = producer.send("bad topic!", b"x", sharding_key=key)
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.error_code is ErrorCode.BAD_TOPIC
+    r = producer.send("big", b"x" * (CONFIG["max_message_size"] + 1))
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.error_code is ErrorCode.BODY_TOO_LARGE
+    r = producer.send_batch("big", [b"x" * 60_000] * 3, queue_id=0)
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and not r.msg_ids
+    with pytest.raises(TypeError):
+        producer.send("big", 12345)
+    assert producer.send("big", b"fine").ok                     # nothing above broke the producer
+
+
+def test_group_offsets_resume_and_latest(store, producer):
+    producer.send_batch("grp", [b"%d" % i for i in range(10)], queue_id=0)
+    first = []
+    with Consumer(store.address, "g-grp", "grp") as c:
+        deadline = time.monotonic() + 10
+        while len(first) < 4 and time.monotonic() < deadline:
+            first += c.poll(200, max_records=4 - len(first))
+        assert c.positions()[0] == 4
+    assert [m.body for m in first] == [b"0", b"1", b"2", b"3"]
+    with Consumer(store.address, "g-grp", "grp") as c:
+        assert c.committed()[0] == 4
+        rest = consume(c, 6)
+    assert [m.body for m in rest] == [b"%d" % i for i in range(4, 10)]
+    with Consumer(store.address, "g-grp-late", "grp", start="latest") as c:
+        assert c.poll(300) == []
+        producer.send("grp", b"new", queue_id=0)
+        got = consume(c, 1)
+    assert [m.body for m in got] == [b"new"]
+
+
+def test_max_records_and_manual_commit(store, producer, admin):
+    producer.send_batch("man", [b"%d" % i for i in range(8)], queue_id=1)
+    with Consumer(store.address, "g-man", "man", queues=[1], auto_commit=False) as c:
+        deadline = time.monotonic() + 10
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = c.poll(200, max_records=3)
+        assert [m.body for m in got] == [b"0", b"1", b"2"]
+        assert c.commit() == {1: 3}
+    assert admin.fetch_offset("g-man", "man", 1) == 3
+    lag = admin.consumer_lag("g-man", "man")
+    assert lag["total_lag"] == 5 and {q["queue_id"]: q["lag"] for q in lag["queues"]}[1] == 5
+
+
+def test_tag_filter(store, producer):
+    items = [Message("tags", b"%d" % i, tags=("TagA", "TagB", "TagC")[i % 3]) for i in range(30)]
+    producer.send_batch("tags", items, queue_id=0)
+    with Consumer(store.address, "g-tags", "tags", tag_filter="TagA || TagC") as c:
+        got = consume(c, 20)
+        assert c.poll(200) == []
+    assert [m.tags for m in got] == [("TagA", "TagC")[i % 2] for i in range(20)]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_seek_to_timestamp_and_beginning(store, producer):
+    old = producer.send_batch("seek", [b"old%d" % i for i in range(5)], queue_id=0)
+    assert wait_for(lambda: now_ms() > old.store_timestamp)
+    middle = now_ms()
+    assert wait_for(lambda: now_ms() > middle)
+    producer.send_batch("seek", [b"new%d" % i for i in range(3)], queue_id=0)
+    with Consumer(store.address, "g-seek", "seek", auto_commit=False) as c:
+        assert len(consume(c, 8)) == 8
+        c.seek_to_timestamp(middle)
+        assert [m.body for m in consume(c, 3)] == [b"new0", b"new1", b"new2"]
+        c.seek_to_beginning()
+        assert len(consume(c, 8)) == 8
+        with pytest.raises(ValueError):
+            c.seek(42, 0)
+
+
+def dispatched(admin: Admin, result) -> bool:
+    """Whether the message(s) of a SendResult are in their consume queue (visible to pulls)."""
+    [q] = admin.queue_offsets(result.topic, result.queue_id)
+    return q["max_offset"] >= result.queue_offset + result.count
+
+
+def test_long_polling_wakes_on_arrival(store, producer, admin):
+    before = producer.send("lp", b"before")
+    assert wait_for(lambda: dispatched(admin, before))       # "latest" starts after it
+    with Consumer(store.address, "g-lp", "lp", start="latest") as c:
+        assert c.poll(300) == []                          # pulls of every queue now held
+        timer = threading.Timer(0.3, lambda: producer.send("lp", b"late"))
+        t0 = time.monotonic()
+        timer.start()
+        got = c.poll(5000)
+        took = time.monotonic() - t0
+        timer.join()
+    assert [m.body for m in got] == [b"late"] and took < 2.0
+
+
+def test_consumer_waits_for_a_topic_that_does_not_exist_yet(store, producer):
+    with Consumer(store.address, "g-later", "later") as c:
+        assert c.assignment() == [] and c.poll(100) == [] and c.caught_up
+        producer.send("later", b"first")
+        got = consume(c, 1)
+    assert [m.body for m in got] == [b"first"]
+
+
+def test_iteration(store, producer):
+    producer.send_batch("iter", [b"%d" % i for i in range(5)], queue_id=0)
+    seen = []
+    with Consumer(store.address, "g-iter", "iter") as c:
+        for m in c:
+            seen.append(m.body)
+            if len(seen) == 5:
+                break
+    assert seen == [b"%d" % i for i in range(5)]
+
+
+def test_admin(store, producer, admin):
+    assert admin.create_topic("adm", 3) == {"topic": "adm", "queues": 3}
+    assert admin.topic_info("adm") == {"topic": "adm", "queues": 3} and admin.topic_info("no-such") is None
+    assert {"topic": "adm", "queues": 3} in admin.topics()
+    r = producer.send("adm", b"find me", keys="order-9 other", queue_id=2)
+    assert wait_for(lambda: admin.query_by_key("adm", "order-9"), 10)
+    [m] = admin.query_by_key("adm", "order-9")
+    assert (m.body, m.msg_id, m.keys, m.queue_id) == (b"find me", r.msg_id, "order-9 other", 2)
+    assert admin.query_by_key("adm", r.uniq_key)[0].msg_id == r.msg_id
+    assert admin.view_by_id(r.msg_id).body == b"find me"
+    assert admin.look_by_offset(r.phys_offset).msg_id == r.msg_id
+    assert admin.view_by_id("7F00000100002A9F7FFFFFFFFFFFFFFF") is None
+    assert admin.offset_by_time("adm", 2, 0) == 0
+    assert admin.queue_offsets("adm", 2) == [{"queue_id": 2, "min_offset": 0, "max_offset": 1}]
+    admin.commit_offset("g-adm", "adm", 2, 1)
+    assert admin.fetch_offset("g-adm", "adm", 2) == 1
+    with pytest.raises(MQError) as info:
+        admin.queue_offsets("no-such")
+    assert info.value.code is ErrorCode.NOT_FOUND
+    st = admin.status()
+    assert {s["name"] for s in st["services"]} >= {"appender", "reader"} and "positions" in st
+
+
+def run_cli(*args, stdin: str | None = None, timeout: float = 60.0):
+    return subprocess.run([sys.executable, "-m", "supervisor.cli", *args], cwd=REPO, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_produce_consume_query_topics(store):
+    a = ["--address", store.address]
+    p = run_cli("produce", "--topic", "cli", "--body", "hi there", "--tags", "T1", "--keys", "ck1",
+                "--count", "3", *a)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("PUT_OK ") for line in lines)
+    msg_id = lines[0].split()[1]
+    p = run_cli("produce", "--topic", "cli", "--batch", "4", "--queue", "1", "--quiet", *a,
+                stdin="l1\nl2\nl3\nl4\nl5\n")
+    assert p.returncode == 0 and p.stdout == "" and "5 of 5 messages stored" in p.stderr
+    c = run_cli("consume", "--topic", "cli", "--group", "gc", "--json", *a)
+    assert c.returncode == 0, c.stderr
+    rows = [json.loads(line) for line in c.stdout.splitlines()]
+    assert sorted(r["body"] for r in rows) == ["hi there"] * 3 + ["l1", "l2", "l3", "l4", "l5"]
+    assert {r["tags"] for r in rows if r["body"] == "hi there"} == {"T1"}
+    again = run_cli("consume", "--topic", "cli", "--group", "gc", *a)
+    assert again.returncode == 0 and again.stdout == ""               # offsets were committed
+    capped = run_cli("consume", "--topic", "cli", "--group", "gc2", "--max", "2", *a)
+    assert len(capped.stdout.splitlines()) == 2 and "\t" in capped.stdout
+    q = run_cli("query", "--topic", "cli", "--key", "ck1", "--json", *a)
+    assert q.returncode == 0 and len(q.stdout.splitlines()) == 3
+    q = run_cli("query", "--id", msg_id, *a)
+    assert q.returncode == 0 and "hi there" in q.stdout and msg_id in q.stdout
+    q = run_cli("query", "--topic", "cli", "--key", "absent", *a)
+    assert q.returncode == 1
+    t = run_cli("topics", "--create", "cli-made", "--queues", "2", *a)
+    assert t.returncode == 0 and "2 queues" in t.stdout
+    t = run_cli("topics", "--json", *a)
+    rows = {r["topic"]: r for r in map(json.loads, t.stdout.splitlines())}
+    assert rows["cli-made"]["queues"] == 2 and rows["cli"]["messages"] == 8
+    t = run_cli("topics", "--offsets", "--store", store.root)
+    assert t.returncode == 0 and "cli-made" in t.stdout and "queue 1: offsets" in t.stdout
+
+
+def test_cli_consume_follow_and_produce_file(store, tmp_path, admin):
+    a = ["--address", store.address]
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"\x00\xffbinary")
+    follow = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "consume", "--topic", "cli-f", "--group", "gf",
+                               "--follow", "--json", *a], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        p = run_cli("produce", "--topic", "cli-f", "--file", str(body), "--count", "2", "--batch", "2", *a)
+        assert p.returncode == 0 and "(2 messages)" in p.stdout, p.stderr
+        rows = [json.loads(follow.stdout.readline()) for _ in range(2)]
+        assert [r["body_base64"] for r in rows] == ["AP9iaW5hcnk="] * 2
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(30) == 0
+        assert "2 messages" in follow.stderr.read()
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert admin.consumer_lag("gf", "cli-f")["total_lag"] == 0
+
+
+@pytest.mark.parametrize("command, options", [
+    ("produce", ["--topic", "--body", "--file", "--tags", "--keys", "--property", "--queue", "--sharding-key",
+                 "--count", "--batch", "--in-flight", "--no-wait", "--timeout", "--quiet", "--store", "--address"]),
+    ("consume", ["--topic", "--group", "--follow", "--from", "--tag-filter", "--queues", "--max", "--json",
+                 "--no-commit", "--timeout", "--store", "--address"]),
+    ("query", ["--key", "--id", "--offset", "--topic", "--max", "--begin", "--end", "--json", "--store", "--address"]),
+    ("topics", ["--create", "--queues", "--offsets", "--json", "--store", "--address"]),
+])
+def test_cli_help_names_every_option(command, options):
+    out = run_cli(command, "--help")
+    assert out.returncode == 0
+    for option in options:
+        assert option in out.stdout, option
+
+
+def test_cli_without_a_store(tmp_path):
+    for args in (["produce", "--topic", "t", "--body", "x"], ["consume", "--topic", "t", "--group", "g"],
+                 ["query", "--id", "00"], ["topics"]):
+        out = run_cli(*args, "--store", str(tmp_path / "nothing"))
+        assert out.returncode == 1 and "no store is running" in out.stderr, out
+
+
+def test_producer_rides_over_a_killed_appender(tmp_path):
+    s = SupervisedStore(tmp_path, "kill", **CONFIG).start()
+    try:
+        with Producer(store=s.root, timeout=3.0, retries=5) as p:
+            assert p.send("ride", b"before").ok
+            pid = s.service("appender")["pid"]
+            os.kill(pid, signal.SIGKILL)
+            after = p.send("ride", b"after")
+            assert after.ok
+            assert s.service("appender")["pid"] != pid
+        with Consumer(store=s.root, group="g", topic="ride") as c:
+            got = consume(c, 2)
+        assert [m.body for m in got].count(b"after") >= 1 and b"before" in [m.body for m in got]
+    finally:
+        s.ensure_stopped()
+
+
+def test_stop_through_admin(tmp_path):
+    s = SupervisedStore(tmp_path, "stop", **CONFIG).start()
+    try:
+        with Admin(s.address) as a:
+            a.stop()
+        assert s.wait_exit(60) == 0
+        assert not os.path.exists(s.path("abort"))
+    finally:
+        s.ensure_stopped()

@@ -1,0 +1,183 @@
+"""The supervisor daemon as operators and clients see it: `mqstore start` as a real process
+with every service, the front door (`hello`, `status`, `topics`, `stop`) over a raw DEALER,
+clean and unclean stops and the recovery they lead to, `mqstore status` and `mqstore stop`,
+the metrics endpoint, and the refusals (port taken, store already running)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import urllib.request
+
+import pytest
+
+from core.store_files import StoreLock
+from tests.integration.harness import wait_for
+from tests.integration.supervised import SupervisedStore, cli, pid_gone
+
+SERVICES = ["allocator", "flusher", "reput", "appender", "reader"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    stores = []
+
+    def make(name: str = "store", **config) -> SupervisedStore:
+        s = SupervisedStore(tmp_path, name, **config)
+        stores.append(s)
+        return s
+    yield make
+    for s in stores:
+        s.ensure_stopped()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def put_some(s: SupervisedStore, topic: str, n: int, size: int = 0) -> list[dict]:
+    replies = [s.put(topic, (b"body-%d-" % i).ljust(size, b"x"), keys=f"k{i}") for i in range(n)]
+    assert all(r["status"] == "PUT_OK" for r in replies), replies[-1]
+    return replies
+
+
+def test_front_door_and_clean_stop(store):
+    s = store().start()
+    assert open(s.path("run", "address")).read().strip() == s.address
+    assert os.path.exists(s.path("abort"))
+    hello, _ = s.call("hello")
+    assert hello["status"] == "OK" and hello["version"] == 1
+    assert hello["appender"].startswith("tcp://") and hello["reader"].startswith("tcp://")
+    assert hello["store"] == s.root
+
+    st = s.status()
+    assert [x["name"] for x in st["services"]] == SERVICES
+    for svc in st["services"]:
+        assert svc["state"] == "RUNNING" and svc["restarts"] == 0
+        assert svc["pid"] > 0 and svc["uptime_s"] >= 0
+        assert {"rss", "cpu"} <= set(svc)
+    assert {"wrote", "committed", "flushed", "dispatched", "confirm", "min"} <= set(st["positions"])
+    assert "writable" in st["flags"]
+    assert st["supervisor"]["recovery"] == "normal"
+
+    put_some(s, "Orders", 30)
+    s.put("Audit", b"x")
+    topics, _ = s.call("topics")
+    assert {"topic": "Orders", "queues": 4} in topics["topics"]
+    assert "Audit" in [t["topic"] for t in topics["topics"]]
+    assert wait_for(lambda: s.status()["positions"]["flushed"] > 0, 10)
+
+    unknown, _ = s.call("no_such_op")
+    assert unknown["status"] == "ERROR" and unknown["code"] == 2
+    control = s.control_name()
+    pids = [x["pid"] for x in st["services"]]
+    assert s.stop() == 0
+    assert all(pid_gone(p) for p in pids)
+    assert not os.path.exists(s.path("abort"))
+    assert not os.path.exists(s.path("run", "address"))
+    assert not os.path.exists(f"/dev/shm/{control}")
+    with StoreLock(s.path("lock")):
+        pass
+
+
+def test_restart_after_clean_stop_is_normal_and_keeps_the_data(store):
+    s = store().start()
+    put_some(s, "Keep", 40, size=500)
+    wrote = s.status()["positions"]["wrote"]
+    assert wrote > 16384                                 # more than one segment
+    s.signal(signal.SIGTERM)                             # what `kill` and systemd send
+    assert s.wait_exit() == 0
+    assert not os.path.exists(s.path("abort"))
+
+    s.start()
+    st = s.status()
+    assert st["supervisor"]["recovery"] == "normal"
+    assert st["positions"]["wrote"] == wrote
+    assert st["positions"]["dispatched"] == wrote
+    s.signal(signal.SIGINT)                              # Ctrl-C at the terminal
+    assert s.wait_exit() == 0
+    assert not os.path.exists(s.path("abort"))
+
+
+def test_killed_supervisor_leaves_abort_and_next_start_recovers_abnormally(store):
+    s = store().start()
+    replies = put_some(s, "Crash", 25)
+    assert wait_for(lambda: s.status()["positions"]["flushed"] >= replies[-1]["phys_offset"], 10)
+    st = s.status()
+    pids = [x["pid"] for x in st["services"]]
+    s.kill()
+    assert wait_for(lambda: all(pid_gone(p) for p in pids), 10), "services outlived the supervisor"
+    assert os.path.exists(s.path("abort"))
+
+    s.start()
+    after = s.status()
+    assert after["supervisor"]["recovery"] == "abnormal"
+    assert after["positions"]["wrote"] == st["positions"]["wrote"]
+    assert all(x["state"] == "RUNNING" for x in after["services"])
+    assert s.put("Crash", b"after")["queue_offset"] >= 0
+    assert s.stop() == 0
+    assert not os.path.exists(s.path("abort"))
+
+
+def test_status_and_stop_commands(store):
+    s = store().start()
+    put_some(s, "Cmd", 5)
+    out = cli("status", "--store", s.root, "--json")
+    assert out.returncode == 0, out.stderr
+    st = json.loads(out.stdout)
+    assert [x["name"] for x in st["services"]] == SERVICES
+    assert {"wrote", "flushed", "dispatched", "confirm"} <= set(st["positions"])
+    assert {"flush", "dispatch", "confirm"} <= set(st["lags"])
+    assert st["disk"]["commitlog_bytes"] > 0
+    human = cli("status", "--address", s.address)
+    assert human.returncode == 0, human.stderr
+    assert "SERVICE" in human.stdout and "appender" in human.stdout and "RUNNING" in human.stdout
+
+    out = cli("stop", "--store", s.root)
+    assert out.returncode == 0, out.stderr
+    assert "stopped" in out.stdout
+    assert s.proc.poll() == 0
+    gone = cli("status", "--store", s.root)
+    assert gone.returncode == 1 and "no store is running" in gone.stderr
+    assert cli("stop", "--store", s.root).returncode == 1
+
+
+def test_second_supervisor_on_the_same_store_is_refused(store):
+    s = store().start()
+    other = store("other", root=s.root).start(wait_ready=False)
+    assert other.wait_exit(30) == 2
+    assert "lock" in other.stderr()
+    assert s.status()["services"][0]["state"] == "RUNNING"
+    assert open(s.path("run", "address")).read().strip() == s.address
+
+
+def test_port_in_use_is_reported(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = cli("start", "--store", str(tmp_path / "s"), "--port", str(port), timeout=30)
+    assert out.returncode == 2
+    assert f"127.0.0.1:{port}" in out.stderr and "--port" in out.stderr
+    assert not os.path.exists(tmp_path / "s" / "abort")
+
+
+def test_metrics_endpoint(store):
+    port = free_port()
+    s = store().start("--metrics-port", str(port))
+    put_some(s, "Metered", 12)
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    assert wait_for(lambda: 'mqstore_puts_total{topic="Metered"} 12.0' in scrape(), 10)
+    text = scrape()
+    assert 'mqstore_put_latency_seconds_bucket{le="+Inf",status="PUT_OK"} 12.0' in text
+    assert 'mqstore_service_rss_bytes{service="appender"}' in text
+    assert 'mqstore_service_restarts_total{service="reput"} 0.0' in text
+    assert 'mqstore_position_bytes{position="wrote"}' in text
+    assert 'mqstore_lag_bytes{lag="flush"}' in text
+    assert s.stop() == 0

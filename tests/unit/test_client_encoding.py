@@ -1,0 +1,125 @@
+"""Requests the producer builds (ipc.producer.encode_put / encode_batch) and the results it
+reads back (parse_send_reply), checked against docs/PROTOCOL.md and against the appender's
+own request parser (services.append_request), so that client and server agree on the wire."""
+from __future__ import annotations
+
+import pytest
+
+from core.message import Message
+from core.status import PutMessageStatus
+from ipc.producer import UNIQ_KEY, encode_batch, encode_put, parse_send_reply
+from ipc.protocol import ErrorCode, pack, unpack
+from services.append_request import parse_put, parse_put_batch
+
+HOST = ("10.0.0.1", 0)
+NOW = 1_700_000_000_000
+
+
+def roundtrip(fields: dict, op: str) -> dict:
+    """The envelope as a service sees it after msgpack."""
+    return unpack(pack({"op": op, "rid": 7, **fields}))
+
+
+def test_put_minimal_fields():
+    fields, frames, uniq = encode_put("orders", b"hello")
+    assert fields == {"topic": "orders", "properties": {UNIQ_KEY: uniq}}
+    assert frames == [b"hello"]
+
+
+def test_put_all_fields():
+    fields, frames, uniq = encode_put("orders", "héllo", tags="TagA", keys=["k1", "k2"],
+                                      properties={"a": 1}, queue_id=3, flag=9, wait=False)
+    assert frames == ["héllo".encode()]
+    assert fields == {"topic": "orders", "queue_id": 3, "flag": 9, "tags": "TagA", "keys": ["k1", "k2"],
+                      "properties": {"a": "1", UNIQ_KEY: uniq}, "wait": False}
+
+
+def test_put_keeps_a_caller_uniq_key():
+    fields, _, uniq = encode_put("t", b"x", properties={UNIQ_KEY: "MINE"})
+    assert uniq == "MINE" and fields["properties"][UNIQ_KEY] == "MINE"
+
+
+def test_put_freezes_mutable_bodies_and_refuses_others():
+    buf = bytearray(b"abc")
+    _, frames, _ = encode_put("t", buf)
+    buf[0] = ord("z")
+    assert frames == [b"abc"] and type(frames[0]) is bytes
+    with pytest.raises(TypeError):
+        encode_put("t", 42)
+
+
+def test_put_is_what_the_appender_parses():
+    fields, frames, uniq = encode_put("orders", b"body", tags="T", keys="a b", properties={"p": "v"}, queue_id=1)
+    req = parse_put(roundtrip(fields, "put"), frames, HOST, NOW, 1 << 20)
+    m = req.messages[0]
+    assert (req.topic, req.queue_id, req.wait) == ("orders", 1, True)
+    assert (bytes(m.body), m.tags, m.keys, m.properties) == (b"body", "T", "a b", {"p": "v", UNIQ_KEY: uniq})
+
+
+def test_batch_fast_path():
+    bodies = [b"a", b"", b"ccc", b"dd"]
+    fields, frames, keys = encode_batch("orders", bodies, queue_id=2)
+    assert frames == [b"acccdd"]
+    assert fields["sizes"] == [1, 0, 3, 2] and fields["queue_id"] == 2 and "wait" not in fields
+    assert fields["messages"] == [{"properties": {UNIQ_KEY: k}} for k in keys]
+    assert len(set(keys)) == 4
+
+
+def test_batch_of_messages_keeps_their_metadata():
+    items = [Message("ignored", b"one", tags="A", keys=["k1"], properties={"x": "1"}, flag=5),
+             "two", b"three", Message("ignored", b"four", properties={UNIQ_KEY: "OWN"})]
+    fields, frames, keys = encode_batch("orders", items, wait=False)
+    assert frames == [b"onetwothreefour"] and fields["sizes"] == [3, 3, 5, 4]
+    m0, m1, m2, m3 = fields["messages"]
+    assert m0 == {"properties": {"x": "1", UNIQ_KEY: keys[0]}, "tags": "A", "keys": ["k1"], "flag": 5}
+    assert m1 == {"properties": {UNIQ_KEY: keys[1]}} and m2 == {"properties": {UNIQ_KEY: keys[2]}}
+    assert keys[3] == "OWN" and fields["wait"] is False
+
+
+def test_batch_is_what_the_appender_parses():
+    items = [b"x" * 10, Message("t", b"yy", tags="B", keys="k"), b"zzz"]
+    fields, frames, keys = encode_batch("orders", items)
+    req = parse_put_batch(roundtrip(fields, "put_batch"), frames, HOST, NOW, 1 << 20)
+    assert [bytes(m.body) for m in req.messages] == [b"x" * 10, b"yy", b"zzz"]
+    assert [m.properties[UNIQ_KEY] for m in req.messages] == keys
+    assert req.messages[1].tags == "B" and req.messages[1].keys == "k"
+
+
+def test_empty_batch_is_refused():
+    with pytest.raises(ValueError):
+        encode_batch("t", [])
+
+
+def test_parse_put_reply():
+    env = {"rid": 1, "status": "PUT_OK", "msg_id": "AB" * 16, "queue_id": 2, "queue_offset": 5,
+           "phys_offset": 900, "store_timestamp": NOW}
+    r = parse_send_reply(env, "t", ["U1"])
+    assert r.ok and r.status is PutMessageStatus.PUT_OK
+    assert (r.msg_id, r.msg_ids, r.queue_id, r.queue_offset, r.phys_offset, r.count, r.uniq_key) == \
+        ("AB" * 16, ["AB" * 16], 2, 5, 900, 1, "U1")
+
+
+def test_parse_batch_reply():
+    env = {"rid": 1, "status": "FLUSH_DISK_TIMEOUT", "msg_ids": ["A1", "A2"], "queue_id": 0,
+           "queue_offset": 10, "phys_offset": 0, "count": 2, "store_timestamp": NOW}
+    r = parse_send_reply(env, "t", ["U1", "U2"])
+    assert not r.ok and r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert r.msg_id == "A1" and r.count == 2 and r.uniq_keys == ["U1", "U2"]
+
+
+@pytest.mark.parametrize("code, status", [
+    (ErrorCode.BAD_TOPIC, PutMessageStatus.MESSAGE_ILLEGAL),
+    (ErrorCode.BODY_TOO_LARGE, PutMessageStatus.MESSAGE_ILLEGAL),
+    (ErrorCode.BAD_FIELD, PutMessageStatus.MESSAGE_ILLEGAL),
+    (ErrorCode.UNAVAILABLE, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+    (ErrorCode.INTERNAL, PutMessageStatus.UNKNOWN_ERROR),
+    (99, PutMessageStatus.MESSAGE_ILLEGAL),
+])
+def test_error_replies_become_statuses(code, status):
+    r = parse_send_reply({"rid": 1, "status": "ERROR", "code": int(code), "reason": "why"}, "t", [])
+    assert r.status is status and r.error_code == code and r.reason == "why" and not r.ok
+
+
+def test_unknown_status_is_unknown_error():
+    r = parse_send_reply({"rid": 1, "status": "WHAT"}, "t", [])
+    assert r.status is PutMessageStatus.UNKNOWN_ERROR and "WHAT" in r.reason
