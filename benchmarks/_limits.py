@@ -1,0 +1,520 @@
+"""Physical limits and ratio tables for mqstore's benchmarks.
+
+Every benchmark in this folder prints its results beside a limit measured in the same run on
+the same machine and disk, never beside a number copied from elsewhere. This module holds
+those measurements and the printing, so that the embedded benchmark and a later pipeline
+benchmark measure the limits the same way:
+
+- `write_limit`: sequential `os.write` of 1 MiB chunks into a preallocated
+  (`posix_fallocate`) file, then one `os.fdatasync`; MB/s of durable sequential writes
+  (shared/reference/perf-anchors.md sections 1.1 and 1.3: about 1.6-2.2 GB/s here).
+- `fsync_limit`: `os.pwrite` of one operation's bytes, then `os.fdatasync`, one after the
+  other, into a file whose blocks were written and synced beforehand (RocketMQ's warmed
+  segment, the fastest case of perf-anchors.md section 1.3): what a writer that waits for its
+  own fsync can do at best.
+- `slice_copy_limit` and `bulk_copy_limit`: reading from the page cache. The first slices
+  every record of the written segments out of their mmap into a `bytes` object (the least a
+  Python read path that hands out one object per message must do); the second copies the
+  same bytes in 64 MiB pieces (memcpy bandwidth).
+- `cpu_append_ref` and `cpu_scan_ref`: bare Python loops over RocketMQ-shaped records. The
+  first packs the 88-byte header (TOTALSIZE to BODYLENGTH) with `struct.pack_into`, computes
+  the body CRC and copies the body into a populated file mapping; the second walks such
+  records (unpack the header, CRC the body, advance). They are the CPU floor of one Python
+  thread for appending and for scanning: no engine can do less work per record in Python.
+
+`Row` and `print_table` format the result table (ours, the limit, the ratio, the target).
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+import zlib
+from array import array
+from dataclasses import asdict, dataclass, field
+
+MB = 1_000_000                      # rates are printed in decimal MB/s, like dd
+MiB = 1 << 20
+MADV_POPULATE_WRITE = 23            # Linux 5.14+
+RECORD_HEADER = struct.Struct(">iiiiiqqiqqqqiqi")   # 88 bytes: TOTALSIZE .. BODYLENGTH
+MAGIC_V1 = -626843481               # 0xDAA320A7
+MAGIC_V2 = -626843477
+_SIZE_MAGIC = struct.Struct(">ii")
+assert RECORD_HEADER.size == 88
+
+
+# ---- the machine and the disk ----------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mount_of(path: str) -> dict:
+    """The mount holding `path`: mount point, filesystem type and source device."""
+    path = os.path.realpath(path)
+    best = {"mount_point": "/", "fs_type": "unknown", "source": "unknown"}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                pre, _, post = line.partition(" - ")
+                mp = pre.split()[4].replace("\\040", " ")
+                fs_type, source = post.split()[:2]
+                inside = path == mp or path.startswith(mp.rstrip("/") + "/")
+                if inside and len(mp) >= len(best["mount_point"]):
+                    best = {"mount_point": mp, "fs_type": fs_type, "source": source}
+    except OSError:
+        pass
+    return best
+
+
+def disk_info(path: str, reference: str | None = None) -> dict:
+    """Where `path` lives, its free space and whether it is on the same device as `reference`."""
+    info = mount_of(path)
+    st = os.statvfs(path)
+    info["free_bytes"] = st.f_bavail * st.f_frsize
+    info["path"] = os.path.realpath(path)
+    if reference is not None:
+        info["same_device_as"] = os.path.realpath(reference)
+        info["same_device"] = os.stat(path).st_dev == os.stat(reference).st_dev
+    return info
+
+
+def machine_info() -> dict:
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "kernel": platform.release(),
+        "mem_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+    }
+
+
+def print_machine(info: dict, disk: dict | None = None, file=sys.stdout) -> None:
+    print(f"machine: {info['nproc']} CPUs, {info['cpu_model']}, "
+          f"{info['mem_total_bytes'] / (1 << 30):.1f} GiB RAM, kernel {info['kernel']}, "
+          f"{info['python_impl']} {info['python']}", file=file)
+    if disk is not None:
+        same = "" if "same_device" not in disk else (
+            ", same device as the repository" if disk["same_device"] else ", NOT the repository's device")
+        print(f"data dir: {disk['path']} on {disk['source']} ({disk['fs_type']}, mounted at "
+              f"{disk['mount_point']}{same}), {disk['free_bytes'] / (1 << 30):.1f} GiB free", file=file)
+
+
+class CpuContention:
+    """How much CPU other processes used while this one ran: the machine is shared, and on
+    2 CPUs a busy neighbour moves every number. `start()`, then `stop()` -> dict."""
+
+    @staticmethod
+    def _busy_and_total() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
+        total = sum(fields[:8])                                          # without guest time
+        return total - idle, total
+
+    def start(self) -> "CpuContention":
+        self.t0 = time.perf_counter()
+        self.times0 = os.times()
+        try:
+            self.busy0, self.total0 = self._busy_and_total()
+        except (OSError, ValueError, IndexError):
+            self.busy0 = None
+        self.load0 = os.getloadavg()[0]
+        return self
+
+    def stop(self) -> dict:
+        wall = time.perf_counter() - self.t0
+        t = os.times()
+        ours = (t.user - self.times0.user) + (t.system - self.times0.system)
+        out = {"wall_seconds": wall, "our_cpus": ours / wall if wall else 0.0,
+               "loadavg_start": self.load0, "loadavg_end": os.getloadavg()[0]}
+        if self.busy0 is not None:
+            busy, total = self._busy_and_total()
+            ticks = os.sysconf("SC_CLK_TCK")
+            all_busy = (busy - self.busy0) / ticks
+            out["all_cpus_busy"] = all_busy / wall if wall else 0.0
+            out["other_cpus"] = max(0.0, (all_busy - ours) / wall) if wall else 0.0
+        return out
+
+
+def print_contention(c: dict, file=sys.stdout) -> None:
+    other = c.get("other_cpus")
+    text = (f"CPU use during the run: this process {c['our_cpus']:.2f} CPUs"
+            + (f", everything else {other:.2f} CPUs" if other is not None else "")
+            + f" (load average {c['loadavg_start']:.1f} at start, {c['loadavg_end']:.1f} at end)")
+    print(text, file=file)
+    if other is not None and other > 0.2:
+        print(f"WARNING: other processes used {other:.2f} of {os.cpu_count()} CPUs during the run; "
+              "rates are lower and noisier than on an idle machine.", file=file)
+
+
+# ---- timing ----------------------------------------------------------------------------
+
+@dataclass
+class Measure:
+    """One timed run: `ops` operations moving `nbytes` bytes in `seconds`."""
+    ops: int
+    nbytes: int
+    seconds: float
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.nbytes / self.seconds / MB if self.seconds > 0 else float("inf")
+
+
+def _rate(m: Measure) -> float:
+    return m.ops_per_s if m.ops else m.mb_per_s
+
+
+def median_of(runs: list[Measure]) -> Measure:
+    """The run with the median rate (an odd count gives a real run)."""
+    ordered = sorted(runs, key=_rate)
+    return ordered[len(ordered) // 2]
+
+
+def best_of(runs: list[Measure]) -> Measure:
+    """The fastest run: a limit is what the machine can do, and on a shared machine the slower
+    runs measure the neighbours."""
+    return max(runs, key=_rate)
+
+
+# ---- disk limits -----------------------------------------------------------------------
+
+def _fresh_fd(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+def write_limit(directory: str, nbytes: int, chunk: int = MiB) -> Measure:
+    """Durable sequential writes: `os.write` 1 MiB chunks into a posix_fallocate'd file, then
+    one `os.fdatasync`, timed together. The file is deleted afterwards (not timed)."""
+    n = max(1, -(-nbytes // chunk))
+    path = os.path.join(directory, "limit-write.bin")
+    data = os.urandom(chunk)
+    fd = _fresh_fd(path)
+    try:
+        os.posix_fallocate(fd, 0, n * chunk)
+        os.fsync(fd)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            os.write(fd, data)
+        os.fdatasync(fd)
+        seconds = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return Measure(n, n * chunk, seconds)
+
+
+def fsync_limit(directory: str, op_bytes: int, ops: int) -> Measure:
+    """A writer that waits for its own fsync: `os.pwrite(op_bytes)` then `os.fdatasync`, `ops`
+    times in sequence, into a file written with zeros and synced first (not timed)."""
+    path = os.path.join(directory, "limit-fsync.bin")
+    size = op_bytes * ops
+    fd = _fresh_fd(path)
+    try:
+        zeros = bytes(MiB)
+        for off in range(0, size, MiB):
+            os.pwrite(fd, zeros[:min(MiB, size - off)], off)
+        os.fsync(fd)
+        data = os.urandom(op_bytes)
+        t0 = time.perf_counter()
+        for i in range(ops):
+            os.pwrite(fd, data, i * op_bytes)
+            os.fdatasync(fd)
+        seconds = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return Measure(ops, size, seconds)
+
+
+# ---- memory limits over written segments -----------------------------------------------
+
+class SegmentView:
+    """Read-only mappings of CommitLog segment files and where each record starts in them.
+
+    The record walk (TOTALSIZE and MAGIC only, stopping at a blank or an empty slot) happens
+    once, untimed; the limits then time only the copies.
+    """
+
+    def __init__(self, paths: list[str]):
+        self.maps: list[mmap.mmap] = []
+        self.positions: list[array] = []
+        self.sizes: list[array] = []
+        self.data_end: list[int] = []
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                mm = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+            finally:
+                os.close(fd)
+            pos, sizes = array("q"), array("q")
+            p, limit = 0, len(mm)
+            while p + 8 <= limit:
+                total, magic = _SIZE_MAGIC.unpack_from(mm, p)
+                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or p + total > limit:
+                    break
+                pos.append(p)
+                sizes.append(total)
+                p += total
+            self.maps.append(mm)
+            self.positions.append(pos)
+            self.sizes.append(sizes)
+            self.data_end.append(p)
+
+    @property
+    def records(self) -> int:
+        return sum(len(p) for p in self.positions)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.data_end)
+
+    def close(self) -> None:
+        for mm in self.maps:
+            mm.close()
+        self.maps = []
+
+
+def slice_copy_limit(view: SegmentView) -> Measure:
+    """Every record sliced out of its segment's mmap into a new `bytes` object."""
+    t0 = time.perf_counter()
+    n = nbytes = 0
+    for mm, pos, sizes in zip(view.maps, view.positions, view.sizes):
+        for p, size in zip(pos, sizes):
+            mm[p:p + size]
+        n += len(pos)
+        nbytes += sum(sizes)
+    return Measure(n, nbytes, time.perf_counter() - t0)
+
+
+def bulk_copy_limit(view: SegmentView, chunk: int = 64 * MiB) -> Measure:
+    """The same bytes copied from the mappings into one reused buffer, 64 MiB at a time."""
+    dst = bytearray(chunk)
+    dst_mv = memoryview(dst)
+    dst_mv[:] = bytes(chunk)                  # fault the target in before timing
+    t0 = time.perf_counter()
+    nbytes = 0
+    for mm, end in zip(view.maps, view.data_end):
+        src = memoryview(mm)
+        try:
+            for off in range(0, end, chunk):
+                n = min(chunk, end - off)
+                dst_mv[:n] = src[off:off + n]
+                nbytes += n
+        finally:
+            src.release()
+    seconds = time.perf_counter() - t0
+    dst_mv.release()
+    return Measure(0, nbytes, seconds)
+
+
+# ---- CPU floors: bare Python loops over RocketMQ-shaped records -------------------------
+
+class PopulatedMapping:
+    """A file of `size` bytes, fallocated, mapped shared and prefaulted for writing."""
+
+    def __init__(self, directory: str, size: int):
+        self.path = os.path.join(directory, "limit-cpu.bin")
+        fd = _fresh_fd(self.path)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        try:
+            self.mm.madvise(MADV_POPULATE_WRITE)
+        except (OSError, ValueError, AttributeError):
+            for off in range(0, size, mmap.PAGESIZE):
+                self.mm[off] = 0
+        self.size = size
+
+    def close(self) -> None:
+        self.mm.close()
+        os.unlink(self.path)
+
+
+def cpu_append_ref(target: PopulatedMapping, body_size: int, count: int) -> Measure:
+    """Per record: CRC of the body, `pack_into` of the 88-byte header, body copied behind it."""
+    bodies = [os.urandom(body_size) for _ in range(64)]
+    rec = RECORD_HEADER.size + body_size
+    mm, pack_into, crc32 = target.mm, RECORD_HEADER.pack_into, zlib.crc32
+    wrap = target.size - target.size % rec
+    pos = phys = 0
+    t0 = time.perf_counter()
+    for i in range(count):
+        body = bodies[i & 63]
+        pack_into(mm, pos, rec, MAGIC_V1, crc32(body) & 0x7FFFFFFF, i & 3, 0, i, phys, 0,
+                  1_700_000_000_000, 0x7F0000012A9F, 1_700_000_000_001, 0x7F0000012A9F, 0, 0,
+                  body_size)
+        end = pos + 88 + body_size
+        mm[pos + 88:end] = body
+        phys += rec
+        pos = end if end + rec <= wrap else 0
+    return Measure(count, count * rec, time.perf_counter() - t0)
+
+
+def cpu_scan_ref(target: PopulatedMapping, body_size: int, count: int) -> Measure:
+    """Walk records laid down by `cpu_append_ref`: unpack the header, CRC the body, advance."""
+    rec = RECORD_HEADER.size + body_size
+    wrap = target.size - target.size % rec
+    mv = memoryview(target.mm)
+    unpack_from, crc32 = RECORD_HEADER.unpack_from, zlib.crc32
+    bad = pos = 0
+    t0 = time.perf_counter()
+    try:
+        for _ in range(count):
+            h = unpack_from(mv, pos)
+            end = pos + 88 + h[14]
+            if crc32(mv[pos + 88:end]) & 0x7FFFFFFF != h[2]:
+                bad += 1
+            pos = end if end + rec <= wrap else 0
+        seconds = time.perf_counter() - t0
+    finally:
+        mv.release()
+    if bad:
+        raise RuntimeError(f"cpu_scan_ref: {bad} records failed their CRC")
+    return Measure(count, count * rec, seconds)
+
+
+def cpu_refs(directory: str, body_sizes, count: int, reps: int = 3,
+             mapping_bytes: int = 256 * MiB) -> dict:
+    """{body_size: {"append": Measure, "scan": Measure}}, each the best of `reps` runs."""
+    target = PopulatedMapping(directory, mapping_bytes)
+    out = {}
+    try:
+        for size in body_sizes:
+            n = count if size >= 1024 else count * 2
+            cpu_append_ref(target, size, n)                     # lay records down for the scan
+            app = best_of([cpu_append_ref(target, size, n) for _ in range(reps)])
+            scan = best_of([cpu_scan_ref(target, size, n) for _ in range(reps)])
+            out[size] = {"append": app, "scan": scan}
+    finally:
+        target.close()
+    return out
+
+
+def merge_best(a: dict, b: dict) -> dict:
+    """Two `cpu_refs` results (e.g. from the start and the end of a run) -> the best of each."""
+    return {size: {kind: best_of([a[size][kind], b[size][kind]]) for kind in a[size]} for size in a}
+
+
+# ---- the result table ------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One workload: our rate, the limit beside it and the target, if any."""
+    workload: str
+    ops_per_s: float
+    mb_per_s: float
+    limit_name: str = ""
+    limit_mb_per_s: float = 0.0
+    floor_ops_per_s: float = 0.0          # the CPU floor (records/s of a bare Python loop)
+    target: str = ""                      # e.g. ">= 0.5x write limit"
+    target_ratio: float | None = None     # ours / the target's reference
+    met: bool | None = None
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.mb_per_s / self.limit_mb_per_s if self.limit_mb_per_s else None
+
+    @property
+    def floor_ratio(self) -> float | None:
+        return self.ops_per_s / self.floor_ops_per_s if self.floor_ops_per_s else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ratio"], d["floor_ratio"] = self.ratio, self.floor_ratio
+        return d
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 10_000_000:
+        return f"{x / 1e6:.0f}M"
+    if x >= 1_000_000:
+        return f"{x / 1e6:.2f}M"
+    if x >= 10_000:
+        return f"{x / 1e3:.0f}k"
+    if x >= 1_000:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_mb(x: float | None) -> str:
+    if x is None or x == 0:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if x < 0.1 else f"{x:.2f}"
+
+
+def print_table(rows: list[Row], file=sys.stdout) -> None:
+    """workload | msgs/s | MB/s | limit | limit MB/s | ratio | vs CPU floor | target | status."""
+    header = ("workload", "msgs/s", "MB/s", "limit", "limit MB/s", "ratio", "vs floor",
+              "target (ratio)", "status")
+    body = []
+    for r in rows:
+        if r.met is None:
+            status = ""
+        else:
+            status = "met" if r.met else "not met"
+        target = r.target + (f" ({fmt_ratio(r.target_ratio)})" if r.target_ratio is not None else "")
+        body.append((r.workload, fmt_rate(r.ops_per_s), fmt_mb(r.mb_per_s), r.limit_name,
+                     fmt_mb(r.limit_mb_per_s), fmt_ratio(r.ratio), fmt_ratio(r.floor_ratio),
+                     target, status))
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    right = {1, 2, 4, 5, 6}
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    print(line(header), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for b in body:
+        print(line(b), file=file)
+
+
+def spread(values: list[float]) -> str:
+    """'median [min-max]' of a list of rates."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
+def write_json(path: str, payload: dict) -> None:
+    def default(o):
+        if isinstance(o, Measure):
+            return {"ops": o.ops, "bytes": o.nbytes, "seconds": o.seconds,
+                    "ops_per_s": o.ops_per_s, "mb_per_s": o.mb_per_s}
+        if isinstance(o, Row):
+            return o.to_dict()
+        raise TypeError(type(o).__name__)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, default=default)
+        f.write("\n")
