@@ -44,7 +44,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
         return report
     file_size = commitlog.file_size
     if last_exit_ok:
-        start_idx = max(0, len(files) - 3)
+        start_idx = normal_start_index(files, commitlog.queue)
     else:
         start_idx = abnormal_start_index(files, commitlog.queue, checkpoint, config)
     start = files[start_idx].file_from_offset
@@ -65,6 +65,26 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
              "abnormal" if report.abnormal else "normal", end - start, start, end)
     return report
+
+
+def _first_record_valid(mf, queue) -> bool:
+    buf = queue.hold(mf)
+    if buf is None:
+        return False
+    try:
+        req, _ = check_record(buf, 0, mf.file_size, True)
+    finally:
+        mf.release()
+    return isinstance(req, DispatchRequest) and req.commit_log_offset == mf.file_from_offset
+
+
+def normal_start_index(files, queue) -> int:
+    """The third segment from the end (RocketMQ's rule), or an older one when that segment does
+    not begin with a valid record: the damage may reach further back than three segments."""
+    idx = max(0, len(files) - 3)
+    while idx > 0 and not _first_record_valid(files[idx], queue):
+        idx -= 1
+    return idx
 
 
 def abnormal_start_index(files, queue, checkpoint, config) -> int:

@@ -281,10 +281,20 @@ def cut_case(workload, flush, abnormal, where):
         cut_in(new_config(root, flush), workload, abnormal, where)
 
 
+def normal_scan_start(cfg) -> int:
+    """Where a normal recovery starts walking: the third segment from the end (DESIGN.md 7).
+    Damage before it is outside what a normal (clean-shutdown) recovery checks, as in RocketMQ;
+    `mqstore check` finds it."""
+    names = sorted(n for n in os.listdir(cfg.commitlog_dir) if n.isdigit())
+    return int(names[max(0, len(names) - 3)]) if names else 0
+
+
 def cut_in(cfg, workload, abnormal, where):
     records = run_workload(cfg, workload)
     total = records[-1].end
     offset = min(int(where * total), total - 1)
+    if not abnormal:
+        offset = max(offset, min(normal_scan_start(cfg), total - 1))
     end = expected_end_after_cut(records, blanks_of(records), offset)
     cut(cfg, offset)
     reopen_and_check(cfg, records, end, abnormal)
@@ -299,6 +309,9 @@ def corrupt_in(cfg, workload, abnormal, pick, xor):
     records = run_workload(cfg, workload)
     targets = [(r.phys, lo, hi) for r in records for lo, hi in r.protected_ranges()]
     targets += [(b, b + 4, b + 8) for b in blanks_of(records)]        # a blank's magic
+    if not abnormal:
+        scanned = [t for t in targets if t[0] >= normal_scan_start(cfg)]
+        targets = scanned or targets[-1:]
     start, lo, hi = targets[int(pick * len(targets)) % len(targets)]
     offset = lo + int(pick * 7919) % (hi - lo)
     victim = next((r for r in records if r.phys == start), None)
