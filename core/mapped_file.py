@@ -37,17 +37,23 @@ class MappedFile:
         self._lock = threading.Lock()
         self.available = True
         self.last_used = 0
+        self.on_map = None                 # callable run after this segment gets mapped
 
     # -- mapping and references ------------------------------------------------------------
     def hold(self):
         """Map if needed, take a reference and return the buffer; None once destroyed."""
+        created = False
         with self._lock:
             if not self.available:
                 return None
             if self._mapping is None or self._mapping.closed:
                 self._mapping = self._fileops.map_file(self.path, self.file_size, self.writable)
+                created = True
             self._refs += 1
-            return self._mapping.buf
+            buf = self._mapping.buf
+        if created and self.on_map is not None:
+            self.on_map()                              # the owner may unmap idle segments now
+        return buf
 
     def release(self) -> None:
         with self._lock:

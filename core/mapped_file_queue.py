@@ -52,6 +52,7 @@ class MappedFileQueue:
                     f"{path} is {size} bytes but segments here are {self.mapped_file_size} bytes: "
                     f"the store was written with another segment size, or the file is damaged")
             mf = MappedFile(path, self.mapped_file_size, self.fileops)
+            mf.on_map = self._trim_window
             mf.set_positions(self.mapped_file_size)
             files.append(mf)
         with self._lock:
@@ -83,6 +84,7 @@ class MappedFileQueue:
         elif not os.path.exists(path):
             self.fileops.create_file(path, self.mapped_file_size)
         mf = MappedFile(path, self.mapped_file_size, self.fileops)
+        mf.on_map = self._trim_window
         with self._lock:
             mf.first_create_in_queue = not self.files
             self.files.append(mf)
@@ -107,11 +109,9 @@ class MappedFileQueue:
 
     def hold(self, mf: MappedFile):
         """Take a reference on `mf` (mapping it), then trim the window of mapped segments."""
-        buf = mf.hold()
+        buf = mf.hold()                  # a new mapping trims the window (MappedFile.on_map)
         self._clock += 1
         mf.last_used = self._clock
-        if buf is not None:
-            self._trim_window()
         return buf
 
     def _trim_window(self) -> None:

@@ -109,9 +109,18 @@ def host_to_bytes(host: tuple) -> tuple[bytes, bool]:
     return addr.packed + struct.pack(">i", int(host[1])), addr.version == 6
 
 
+_HOSTS_BY_BYTES: dict = {}
+
+
 def bytes_to_host(raw: bytes) -> tuple:
-    port = struct.unpack(">i", raw[-4:])[0]
-    return str(ipaddress.ip_address(bytes(raw[:-4]))), port
+    """(address, port) of a stored host; cached, since a store sees a handful of hosts."""
+    raw = bytes(raw)
+    host = _HOSTS_BY_BYTES.get(raw)
+    if host is None:
+        host = (str(ipaddress.ip_address(raw[:-4])), struct.unpack(">i", raw[-4:])[0])
+        if len(_HOSTS_BY_BYTES) < 4096:
+            _HOSTS_BY_BYTES[raw] = host
+    return host
 
 
 def create_message_id(store_host_bytes: bytes, phys_offset: int) -> str:

@@ -22,6 +22,36 @@ def _total_memory() -> int:
         return 8 << 30
 
 
+class _SegmentReader:
+    """Copies records out of CommitLog segments, holding one segment across consecutive reads
+    instead of looking it up and taking a reference per record."""
+
+    def __init__(self, queue):
+        self.queue = queue
+        self.mf = None
+        self.buf = None
+        self.lo = self.hi = 0
+
+    def read(self, phys: int, size: int):
+        if not self.lo <= phys < self.hi:
+            self.close()
+            mf = self.queue.find_mapped_file_by_offset(phys)
+            if mf is None or self.queue.hold(mf) is None:
+                return None
+            self.mf, self.buf = mf, mf.buf
+            self.lo, self.hi = mf.file_from_offset, mf.file_from_offset + mf.file_size
+        pos = phys - self.lo
+        if pos + size > self.mf.read_position:
+            return None
+        return bytes(self.buf[pos:pos + size])
+
+    def close(self) -> None:
+        if self.mf is not None:
+            self.mf.release()
+            self.mf = self.buf = None
+            self.lo = self.hi = 0
+
+
 class StoreReader:
     def __init__(self, config, commitlog, cq_store, index_service):
         self.config = config
@@ -57,23 +87,26 @@ class StoreReader:
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         buffers, offsets = result.buffers, result.queue_offsets
         max_phy = self.commitlog.get_max_offset()
-        read = self.commitlog.read
+        records = _SegmentReader(self.commitlog.queue)
         total = 0
         scanned = 0
-        for phys, size, tags in ENTRY.iter_unpack(raw):
-            if buffers and self._batch_full(len(buffers), total, size, max_msgs, max_phy - phys):
-                break
-            scanned += 1
-            if size == BLANK_SIZE or (codes is not None and tags not in codes):
-                continue
-            rec = read(phys, size)
-            if rec is None:
-                if not buffers:
-                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                continue
-            buffers.append(rec)
-            offsets.append(offset + scanned - 1)
-            total += size
+        try:
+            for phys, size, tags in ENTRY.iter_unpack(raw):
+                if buffers and self._batch_full(len(buffers), total, size, max_msgs, max_phy - phys):
+                    break
+                scanned += 1
+                if size == BLANK_SIZE or (codes is not None and tags not in codes):
+                    continue
+                rec = records.read(phys, size)
+                if rec is None:
+                    if not buffers:
+                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                buffers.append(rec)
+                offsets.append(offset + scanned - 1)
+                total += size
+        finally:
+            records.close()
         if buffers:
             result.status = GetMessageStatus.FOUND
         result.next_begin_offset = offset + scanned

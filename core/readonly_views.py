@@ -85,6 +85,7 @@ class ReadOnlyMappedFileQueue(MappedFileQueue):
                                 self.mapped_file_size)
                     continue
                 mf = MappedFile(path, size, self.fileops, writable=False)
+                mf.on_map = self._trim_window
             files.append(mf)
         for mf in known.values():
             mf.shutdown()

@@ -52,6 +52,7 @@ def open_segments(queue, wrote: int) -> list[MappedFile]:
         if os.path.getsize(path) != size:
             raise LogDamaged(f"{path} is {os.path.getsize(path)} bytes, segments are {size}")
         mf = MappedFile(path, size, queue.fileops)
+        mf.on_map = queue._trim_window
         start = mf.file_from_offset
         if start + size <= wrote:
             mf.set_positions(size)
