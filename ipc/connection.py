@@ -54,6 +54,8 @@ RECONNECT_INTERVAL_S = 1.0
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _RCVMORE = int(zmq.RCVMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 
 
 class Connection:
@@ -88,8 +90,6 @@ class Connection:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._wakepoll = select.poll()
-        self._wakepoll.register(self._wake_r, select.POLLIN)
         try:
             self._open("front", self.address)
             self._apply_hello(self.call("front", "hello"))
@@ -137,11 +137,17 @@ class Connection:
             if deadline < self._next_expiry:
                 self._next_expiry = deadline
             try:
-                sock.send_multipart([pack(env), *frames], zmq.NOBLOCK, copy=True)
+                if frames:
+                    sock.send(pack(env), _SNDMORE_NOBLOCK)
+                    for frame in frames[:-1]:
+                        sock.send(frame, _SNDMORE_NOBLOCK)
+                    sock.send(frames[-1], _NOBLOCK)
+                else:
+                    sock.send(pack(env), _NOBLOCK)
             except zmq.Again:
                 del self._pending[rid]
                 raise ConnectionError(f"{op}: send queue to {self.endpoints.get(name, name)} is full") from None
-            done = self._drain_locked()
+            done = self._drain_locked((sock,))    # only this socket's ZMQ_FD edge can be gone
         if done:
             self._complete(done)
         return fut
@@ -181,7 +187,7 @@ class Connection:
                 with self._cv:
                     if self._leader == me:          # re-entered from a callback: lead inline
                         nested = True
-                    elif self._leader is not None or (is_bg and self._user_waiters):
+                    elif self._leader is not None or (is_bg and self._users_active()):
                         if self._leader == self._bg_ident and not is_bg:
                             self._poke()            # ask the background thread to step aside
                         self._cv.wait(IDLE_POLL_S if remaining is None else min(remaining, IDLE_POLL_S))
@@ -204,20 +210,11 @@ class Connection:
 
     def _lead(self, predicate, deadline, is_bg: bool) -> None:
         while True:
-            if is_bg and time.monotonic() - self._last_user_io < BG_QUIET_S:
-                try:                                 # a user thread is doing the I/O itself
-                    self._wakepoll.poll(BG_QUIET_S * 1000.0)
-                except (OSError, RuntimeError):
-                    pass
-                self._drain_wake()
-                if self._closed or self._user_waiters:
-                    return
-                continue
             with self._sock_lock:
                 done = self._drain_locked()
             if done:
                 self._complete(done)
-            if predicate() or self._closed or (is_bg and self._user_waiters):
+            if predicate() or self._closed or (is_bg and self._users_active()):
                 return
             sleep = IDLE_POLL_S
             if deadline is not None:
@@ -234,16 +231,17 @@ class Connection:
                 if fd == self._wake_r:
                     self._drain_wake()
 
-    def _drain_locked(self) -> list:
-        """Read every waiting reply (caller holds _sock_lock); expire overdue requests."""
+    def _drain_locked(self, socks=None) -> list:
+        """Read every waiting reply of `socks` (default all; the caller holds _sock_lock) and
+        expire overdue requests."""
         done = []
         pending = self._pending
-        for sock in self._socks.values():
+        for sock in socks or self._socks.values():
             while sock.get(_EVENTS) & _POLLIN:
-                head = sock.recv(zmq.NOBLOCK)
+                head = sock.recv(_NOBLOCK)
                 extra = []
                 while sock.get(_RCVMORE):           # raw frames: zero-copy memoryviews
-                    extra.append(sock.recv(zmq.NOBLOCK, copy=False).buffer)
+                    extra.append(sock.recv(_NOBLOCK, copy=False).buffer)
                 try:
                     env = unpack(head)
                     entry = pending.pop(env["rid"], None)
@@ -304,11 +302,18 @@ class Connection:
         except (BlockingIOError, OSError):
             pass
 
+    def _users_active(self) -> bool:
+        return bool(self._user_waiters) or time.monotonic() - self._last_user_io < BG_QUIET_S
+
     def _background(self) -> None:
+        """Lead while no user thread does I/O; otherwise nap, holding no lock and no role."""
         self._bg_ident = threading.get_ident()
         while not self._closed:
+            if self._users_active():
+                time.sleep(BG_QUIET_S)
+                continue
             try:
-                self.wait(lambda: self._closed, None)
+                self.wait(self._users_active, None)
             except Exception:                        # never let the I/O thread die silently
                 log.exception("client I/O thread error")
                 time.sleep(IDLE_POLL_S)

@@ -57,9 +57,12 @@ def _local_ipv4() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
-def _month_start_ms(now_ms: int) -> int:
+def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
+    """(start of this month, start of the next), local time, in ms since the epoch."""
     t = time.localtime(now_ms / 1000.0)
-    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
 
 
 class UniqKeyGenerator:
@@ -72,7 +75,7 @@ class UniqKeyGenerator:
         self._ms = 0
         self._used = 0
         self._counter = random.getrandbits(16)
-        self._month = (0, 0)          # (valid until ms, month start ms)
+        self._month = (0, 0)          # (this month's start, next month's start) in ms
 
     def _fixed(self) -> str:
         pid = os.getpid()
@@ -83,10 +86,9 @@ class UniqKeyGenerator:
         return self._prefix
 
     def _since_month(self, ms: int) -> int:
-        until, start = self._month
-        if ms >= until or ms < start:
-            start = _month_start_ms(ms)
-            self._month = (start + 3_600_000, start)    # recheck hourly (DST, month change)
+        start, end = self._month
+        if not start <= ms < end:
+            self._month = start, end = _month_bounds_ms(ms)
         return (ms - start) & 0xFFFFFFFF
 
     def next_keys(self, n: int) -> list:

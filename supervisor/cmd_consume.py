@@ -5,7 +5,8 @@ of a topic as consumer group G.
 Each queue starts at the group's committed offset; a group that never committed starts at
 the oldest message (`--from earliest`, the default) or after the newest (`--from latest`).
 Without `--follow` the command stops once every queue has been read to its end; with it, it
-waits for new messages until Ctrl-C. `--max N` stops after N messages. The group's offsets
+waits for new messages until Ctrl-C or SIGTERM (within half a second; every message read
+is printed first). `--max N` stops after N messages. The group's offsets
 are committed when the command ends (and every 5 s while it runs) unless `--no-commit`, so
 the next run continues where this one stopped.
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 
 from ipc.connection import MQError
 from ipc.consumer import Consumer
@@ -76,10 +79,12 @@ def run(args) -> int:
     out = sys.stdout
     count = 0
     consumer = None
+    stopping = threading.Event()          # Ctrl-C / SIGTERM: finish printing this batch, commit
+    handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         consumer = Consumer(address, args.group, args.topic, queues=queues, tag_filter=args.tag_filter,
                             start=args.start, auto_commit=not args.no_commit, timeout=args.timeout)
-        while args.max is None or count < args.max:
+        while (args.max is None or count < args.max) and not stopping.is_set():
             left = None if args.max is None else args.max - count
             msgs = consumer.poll(POLL_MS, max_records=left)
             for m in msgs:
@@ -89,8 +94,6 @@ def run(args) -> int:
                 out.flush()
             elif not args.follow and consumer.caught_up:
                 break
-    except KeyboardInterrupt:
-        pass
     except BrokenPipeError:
         sys.stdout = None                         # the reader went away (| head): stop quietly
     except (ConnectionError, TimeoutError, MQError, ValueError) as e:
@@ -99,5 +102,7 @@ def run(args) -> int:
     finally:
         if consumer is not None:
             consumer.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     print(f"mqstore consume: {count} messages from {args.topic} as {args.group}", file=sys.stderr)
     return 0

@@ -340,6 +340,22 @@ def test_producer_rides_over_a_killed_appender(tmp_path):
         s.ensure_stopped()
 
 
+def test_clients_follow_a_restarted_store_to_its_new_ports(tmp_path):
+    s = SupervisedStore(tmp_path, "moved", **CONFIG).start()
+    try:
+        with Producer(store=s.root, timeout=2.0, retries=3) as p:
+            assert p.send("moved", b"one", queue_id=0).ok
+            old = s.address
+            assert s.stop() == 0
+            s.start()                                   # --port 0: new ports
+            assert s.address != old
+            r = p.send("moved", b"two", queue_id=0)     # times out, says hello again, resends
+            assert r.ok and r.queue_offset == 1
+            assert p.connection.address == s.address
+    finally:
+        s.ensure_stopped()
+
+
 def test_stop_through_admin(tmp_path):
     s = SupervisedStore(tmp_path, "stop", **CONFIG).start()
     try:
