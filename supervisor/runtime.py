@@ -27,6 +27,7 @@ from ipc.control_block import POOL_BUFFERS, ControlBlock, ServiceState, Slot, Wo
 
 log = logging.getLogger("mqstore.supervisor")
 
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "appender", "reader")
 STOP_ORDER = ("appender", "committer", "flusher", "reput", "allocator", "reader")
 # Seconds between SIGTERM and SIGKILL at a clean stop: the services that make data durable
@@ -243,8 +244,10 @@ def spawn_service(config, name: str) -> subprocess.Popen:
     and is killed by the kernel if the process that started it dies."""
     out = open(os.path.join(config.logs_dir, f"{name}.out"), "ab")
     try:
+        # Run from the project's own directory: `-m services.X` must find our package, never a
+        # `services/` (or a module shadowing the stdlib) in whatever directory the user is in.
         return subprocess.Popen([sys.executable, "-m", f"services.{name}", "--store",
-                                 config.store_path_root_dir],
+                                 config.store_path_root_dir], cwd=PROJECT_ROOT,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     finally:
