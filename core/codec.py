@@ -247,6 +247,15 @@ def store_timestamp_position(sys_flag: int) -> int:
     return BORN_HOST_POS + host_lengths(sys_flag)[0]
 
 
+def _read_topic(buf, p: int, magic: int) -> tuple[str, int]:
+    """TOPICLENGTH (1 byte in v1, 2 in v2) and TOPIC at `p`; (topic, position after it)."""
+    if magic == MAGIC_V1:
+        n, p = buf[p], p + 1
+    else:
+        n, p = _I16.unpack_from(buf, p)[0], p + 2
+    return bytes(buf[p:p + n]).decode("utf-8"), p + n
+
+
 def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
     """Decode the record at `pos` into a MessageExt. Raises ValueError if it is not a valid record."""
     total, magic = _BLANK.unpack_from(buf, pos)
@@ -258,15 +267,7 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
      reconsume, prepared, body_len) = _HEADERS[born_len, store_len].unpack_from(buf, pos)
     p = pos + _HEADERS[born_len, store_len].size
     body = bytes(buf[p:p + body_len])
-    p += body_len
-    if magic == MAGIC_V1:
-        topic_len = buf[p]
-        p += 1
-    else:
-        topic_len = _I16.unpack_from(buf, p)[0]
-        p += 2
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8")
-    p += topic_len
+    topic, p = _read_topic(buf, p + body_len, magic)
     props_len = _I16.unpack_from(buf, p)[0]
     p += 2
     props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len > 0 else {}
@@ -334,15 +335,7 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
             return RecordCheck.CORRUPT, total
         if check_crc and zlib.crc32(buf[p:p + body_len]) & 0x7FFFFFFF != crc:
             return RecordCheck.CORRUPT, total
-        p += body_len
-        if magic == MAGIC_V1:
-            topic_len = buf[p]
-            p += 1
-        else:
-            topic_len = _I16.unpack_from(buf, p)[0]
-            p += 2
-        topic = bytes(buf[p:p + topic_len]).decode("utf-8")
-        p += topic_len
+        topic, p = _read_topic(buf, p + body_len, magic)
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0 or p + props_len - pos != total:

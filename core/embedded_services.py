@@ -259,11 +259,5 @@ class AllocateService(ServiceThread):
                 log.warning("could not create %s ahead of time: %s", path, e)
 
     def _warm(self, path: str) -> None:
-        mapping = self.fileops.map_file(path, self.file_size)
-        try:
-            mapping.populate()
-            mapping.advise_willneed()
-            if not mapping.lock_in_memory():
-                log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
-        finally:
-            mapping.close()
+        if not self.fileops.warm_file(path, self.file_size):
+            log.warning("mlock of %s not allowed here; segment warmed but not locked", path)

@@ -97,6 +97,17 @@ class FileOps:
         os.rename(tmp, path)
         self.fsync_dir(os.path.dirname(path))
 
+    def warm_file(self, path: str, size: int) -> bool:
+        """Prefault every page of a new segment (in the page cache, blocks allocated), advise
+        WILLNEED and try mlock; return whether mlock was allowed."""
+        mapping = self.map_file(path, size)
+        try:
+            mapping.populate()
+            mapping.advise_willneed()
+            return mapping.lock_in_memory()
+        finally:
+            mapping.close()
+
     def write_file_atomic(self, path: str, data: bytes) -> None:
         """Replace `path` with `data`: write tmp, fsync, rename, fsync the directory."""
         tmp = path + TMP_SUFFIX

@@ -132,14 +132,8 @@ class Allocator(ServiceLoop):
 
     def _warm(self, path: str) -> None:
         started = time.monotonic()
-        mapping = self.fileops.map_file(path, self.file_size)
-        try:
-            mapping.populate()
-            mapping.advise_willneed()
-            if not mapping.lock_in_memory():
-                log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
-        finally:
-            mapping.close()
+        if not self.fileops.warm_file(path, self.file_size):
+            log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
         log.info("warmed %s in %.3f s", os.path.basename(path), time.monotonic() - started)
 
     def _retry(self) -> None:
