@@ -81,8 +81,11 @@ class BatchStoreReader(StoreReader):
             scanned += 1
             if size == BLANK_SIZE or (codes is not None and tags not in codes):
                 continue
-            if size <= 0 or phys < min_phy or phys + size > end or phys % seg + size > seg:
-                removing = True                      # not readable (any more)
+            if phys >= min_phy and size > 0 and phys + size > end:
+                scanned -= 1                         # not readable here yet: the next pull
+                break                                # starts at it (never skip a live record)
+            if size <= 0 or phys < min_phy or phys % seg + size > seg:
+                removing = True                      # not readable any more
                 continue
             if phys == run_stop:
                 run_stop += size

@@ -52,7 +52,10 @@ class Reader(ServiceLoop):
         self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
                                        cfg.max_mapped_files)
         self.cqs = ConsumeQueueStoreView(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
-                                         dispatched=lambda: cb.get(Word.DISPATCHED),
+                                         # entries are trusted only for records this view of
+                                         # the log can read (its end is CONFIRM as last synced)
+                                         dispatched=lambda: min(cb.get(Word.DISPATCHED),
+                                                                self.commitlog.get_max_offset()),
                                          min_phy=lambda: cb.get(Word.MIN_PHY))
         self.index = (IndexView(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num,
                                 cfg.max_msgs_num_batch) if cfg.message_index_enable else None)
