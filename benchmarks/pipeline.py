@@ -1,0 +1,639 @@
+"""The whole system over ZeroMQ (`mqstore start` as a subprocess, the client library in
+producer processes) beside Redis Streams measured in the same run on the same machine.
+
+    .venv/bin/python benchmarks/pipeline.py [--quick] [--json FILE] [--dir DIR]
+
+Produce runs, each on a fresh store started with `mqstore start --store DIR --port 0` (RocketMQ's
+default configuration except `flush_disk_type`), topic `BenchTopic` with 4 queues:
+for 100-byte and 1 KiB bodies, ASYNC_FLUSH and SYNC_FLUSH, single messages (`send_async`,
+SINGLE_WINDOW requests in flight per producer, queues round robin) and batches of 100
+(`send_batch_async`, BATCH_WINDOW in flight, one queue per batch), with 1 and 16 producer
+*processes* (one `Producer` each), every producer sending for the run's duration. A producer
+process is taken from a pool spawned once; all start at one agreed instant and the rate is
+all acknowledged messages / (last acknowledgement - start). Put latency is send to reply of
+each request (a batch's latency is its request's), p50 and p99 over all producers.
+
+After the 1-producer batched run of each size and flush type, one `Consumer` (in this process,
+raw format, 1024 messages per pull, reading every body) reads the store from the start for at
+most the consume duration: messages/s and MB/s. After the 1-producer single-message run, a
+latency probe sends one message at a time (one in flight) on the same store: the target on
+unbatched put p99 is checked on that probe, the latency of the loaded single-message run is
+printed beside it.
+
+Redis (7.x, `redis-server` and `redis-benchmark` from the PATH) runs on a free port with a
+temporary directory, `appendonly yes`, `save ""`, `auto-aof-rewrite-percentage 0` and
+`appendfsync everysec` (the peer of ASYNC_FLUSH) or `always` (the peer of SYNC_FLUSH):
+    redis-benchmark -h 127.0.0.1 -p PORT -n N -c 50 -P 100 --csv XADD s '*' f <V>
+with V a literal value of the body size, then, on the stream it left,
+    redis-benchmark -h 127.0.0.1 -p PORT -n M -c 1 -P 1 --csv XRANGE s - + COUNT 100
+(messages/s = requests/s x 100). The server is stopped by its pid when done. Without
+redis-server/redis-benchmark the script says how to install them and prints our rows alone.
+
+MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
+ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
+consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import io
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+for _p in (REPO, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import _limits as L                                                           # noqa: E402
+
+TOPIC = "BenchTopic"
+QUEUES = 4
+BATCH = 100
+SINGLE_WINDOW = 32
+BATCH_WINDOW = 4
+MANY = 16
+READY = "mqstore ready at "
+INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows are skipped. "
+                "On Debian: apt-get install -y redis-server redis-tools (its system service "
+                "need not run; this script starts its own server).")
+PEERS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
+FLUSH_SHORT = {"ASYNC_FLUSH": "ASYNC", "SYNC_FLUSH": "SYNC"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    sizes: tuple = (100, 1024)
+    flushes: tuple = ("ASYNC_FLUSH", "SYNC_FLUSH")
+    producers: tuple = (1, MANY)
+    produce_s: float = 5.0
+    consume_s: float = 5.0
+    probe_s: float = 2.0
+    redis_xadd: dict = field(default_factory=lambda: {100: 1_000_000, 1024: 400_000})
+    redis_xrange: int = 20_000
+
+
+FULL = Plan()
+QUICK = Plan(sizes=(1024,), produce_s=1.5, consume_s=2.0, probe_s=1.0,
+             redis_xadd={100: 300_000, 1024: 150_000}, redis_xrange=5_000)
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def size_name(n: int) -> str:
+    return "1KiB" if n == 1024 else f"{n}B"
+
+
+# ---- a store under its supervisor --------------------------------------------------------
+
+class StoreProcess:
+    """`mqstore start` on a fresh directory; stopped with SIGTERM (a clean stop) and waited for."""
+
+    def __init__(self, root: str, flush: str):
+        self.root = root
+        self.flush = flush
+        self.proc = None
+        self.address = None
+
+    def start(self, timeout: float = 120.0) -> "StoreProcess":
+        os.makedirs(self.root)
+        toml = os.path.join(self.root, "store.toml")
+        with open(toml, "w") as f:
+            f.write(f'flush_disk_type = "{self.flush}"\n')
+        exe = os.path.join(os.path.dirname(sys.executable), "mqstore")
+        cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "supervisor.cli"]
+        with open(os.path.join(self.root, "supervisor.stderr"), "w") as err:
+            self.proc = subprocess.Popen(cmd + ["start", "--store", os.path.join(self.root, "store"),
+                                               "--port", "0", "--config", toml],
+                                         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=err, text=True)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop()
+                raise RuntimeError(f"mqstore start did not get ready in {timeout:.0f} s") from None
+            if line is None:
+                raise RuntimeError(f"mqstore start exited ({self.proc.wait()}); see "
+                                   f"{self.root}/supervisor.stderr")
+            if line.startswith(READY):
+                self.address = line[len(READY):].strip()
+                return self
+
+    def pids(self) -> dict:
+        from ipc import Admin
+        with Admin(self.address) as admin:
+            return {s["name"]: s["pid"] for s in admin.status()["services"]}
+
+    def stop(self, timeout: float = 120.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---- producers (run in the pool's processes) ----------------------------------------------
+
+def produce_worker(address: str, body_size: int, batched: bool, start_at: float, seconds: float,
+                   one_at_a_time: bool = False) -> dict:
+    """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies."""
+    from ipc import Producer
+    bodies = [os.urandom(body_size) for _ in range(64)]
+    batches = [[bodies[(k + j) % 64] for j in range(BATCH)] for k in range(4)]
+    lat: list = []
+    errors = collections.Counter()
+    sent = 0
+    with Producer(address, timeout=30.0, window=1024) as p:
+        p.queue_count(TOPIC)                       # topic_info before the clock starts
+        window = BATCH_WINDOW if batched else SINGLE_WINDOW
+        pending: collections.deque = collections.deque()
+
+        def done(fut, t0):
+            t1 = time.monotonic()
+            try:
+                res = fut.result()
+            except Exception as e:                 # a timeout or a lost connection
+                errors[type(e).__name__] += 1
+                return
+            if res.ok:
+                lat.append(t1 - t0)
+            else:
+                errors[res.status.name] += 1
+
+        late = time.monotonic() - start_at
+        while time.monotonic() < start_at:
+            time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
+        end = start_at + seconds
+        i = 0
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            if one_at_a_time:
+                res = p.send(TOPIC, bodies[i & 63])
+                if res.ok:
+                    lat.append(time.monotonic() - t0)
+                else:
+                    errors[res.status.name] += 1
+                sent += 1
+                i += 1
+                continue
+            if batched:
+                fut = p.send_batch_async(TOPIC, batches[i & 3], queue_id=i % QUEUES)
+                sent += BATCH
+            else:
+                fut = p.send_async(TOPIC, bodies[i & 63])
+                sent += 1
+            fut.add_done_callback(lambda f, t0=t0: done(f, t0))
+            pending.append(fut)
+            if len(pending) >= window:
+                pending.popleft().result()
+            i += 1
+        for fut in pending:
+            fut.exception()
+        last = time.monotonic()
+    per_req = BATCH if batched and not one_at_a_time else 1
+    return {"acked": len(lat) * per_req, "sent": sent, "bytes": len(lat) * per_req * body_size,
+            "last": last, "latencies": lat, "errors": dict(errors), "late_s": max(0.0, late)}
+
+
+def warm_worker() -> None:
+    """Pool initializer: import the client before any run, so that no producer starts late."""
+    import ipc.producer  # noqa: F401
+
+
+def worker_ready(_i: int) -> int:
+    """A warm-up task that keeps its worker busy a moment, so that every worker takes one."""
+    time.sleep(0.2)
+    return os.getpid()
+
+
+def percentile(values: list, q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# ---- consuming (in this process) ---------------------------------------------------------
+
+def consume(address: str, seconds: float) -> dict:
+    """One Consumer reads BenchTopic from the start for at most `seconds`, reading every body."""
+    from ipc import Consumer
+    n = nbytes = 0
+    with Consumer(address, "bench", TOPIC, max_msgs=1024, long_poll_ms=200, auto_commit=False) as c:
+        t0 = time.monotonic()
+        end = t0 + seconds
+        while time.monotonic() < end:
+            msgs = c.poll(200)
+            for m in msgs:
+                nbytes += len(m.body)
+            n += len(msgs)
+            if not msgs and c.caught_up:
+                break
+        elapsed = time.monotonic() - t0
+    return {"messages": n, "bytes": nbytes, "seconds": elapsed}
+
+
+# ---- Redis ---------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """redis-server on a free port in `directory`, AOF on with the given `appendfsync`."""
+
+    def __init__(self, directory: str, appendfsync: str):
+        self.dir = directory
+        self.port = free_port()
+        os.makedirs(directory)
+        self.conf = os.path.join(directory, "redis.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"bind 127.0.0.1\nport {self.port}\ndir {directory}\nsave \"\"\n"
+                    f"appendonly yes\nappendfsync {appendfsync}\nauto-aof-rewrite-percentage 0\n"
+                    f"daemonize no\nlogfile {directory}/redis.log\n")
+        self.proc = subprocess.Popen(["redis-server", self.conf], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not self._ping():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not start; see {directory}/redis.log")
+            time.sleep(0.05)
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def command(self, *args: str) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+            s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a.encode())
+                                                         for a in args))
+            s.recv(1024)
+
+    def bench(self, n: int, clients: int, pipeline: int, *command: str) -> dict:
+        out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.port), "-n", str(n),
+                              "-c", str(clients), "-P", str(pipeline), "--csv", *command],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"redis-benchmark failed: {out.stderr.strip()}")
+        rows = list(csv.reader(io.StringIO(out.stdout)))
+        head, last = rows[0], rows[-1]
+        vals = dict(zip(head, last))
+        return {"rps": float(vals["rps"]), "p50_ms": float(vals.get("p50_latency_ms", "nan")),
+                "p99_ms": float(vals.get("p99_latency_ms", "nan")), "n": n, "clients": clients,
+                "pipeline": pipeline}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def redis_available() -> bool:
+    return bool(shutil.which("redis-server") and shutil.which("redis-benchmark"))
+
+
+def run_redis(root: str, plan: Plan) -> dict:
+    """{(size, appendfsync): {"xadd": ..., "xrange": ...}}"""
+    out = {}
+    for fsync in ("everysec", "always"):
+        server = RedisServer(os.path.join(root, f"redis-{fsync}"), fsync)
+        try:
+            for size in plan.sizes:
+                server.command("DEL", "s")
+                value = "v" * size
+                xadd = server.bench(plan.redis_xadd[size], 50, 100, "XADD", "s", "*", "f", value)
+                xrange = server.bench(plan.redis_xrange, 1, 1, "XRANGE", "s", "-", "+", "COUNT", "100")
+                out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
+                say(f"  redis {fsync} {size_name(size)}: XADD {L.fmt_rate(xadd['rps'])}/s, "
+                    f"XRANGE COUNT 100 {L.fmt_rate(xrange['rps'] * 100)} msgs/s")
+        finally:
+            server.stop()
+            shutil.rmtree(server.dir, ignore_errors=True)
+    return out
+
+
+# ---- other processes on the machine --------------------------------------------------------
+
+class ForeignLoad(threading.Thread):
+    """Samples, twice a second, the CPU time used by processes that are not this one or its
+    descendants (the stores, producers and Redis are descendants): on 2 CPUs a neighbour's test
+    run or build moves every number, so the run reports how busy the rest of the machine was."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(name="foreign-load", daemon=True)
+        import psutil
+        self.psutil = psutil
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.cpu_seconds = 0.0
+        self.top: collections.Counter = collections.Counter()
+        self.t0 = time.monotonic()
+        self.seconds = 0.0
+
+    def _sample(self) -> dict:
+        ps = self.psutil
+        me = ps.Process()
+        ours = {me.pid} | {c.pid for c in me.children(recursive=True)}
+        out = {}
+        for p in ps.process_iter(["pid", "cpu_times", "cmdline"]):
+            if p.info["pid"] in ours or p.info["cpu_times"] is None:
+                continue
+            t = p.info["cpu_times"]
+            out[p.info["pid"]] = (t.user + t.system, " ".join(p.info["cmdline"] or [])[:80])
+        return out
+
+    def run(self) -> None:
+        before = self._sample()
+        while not self.stop_event.wait(self.interval):
+            now = self._sample()
+            for pid, (cpu, name) in now.items():
+                prev = before.get(pid)
+                delta = cpu - prev[0] if prev else 0.0
+                if delta > 0:
+                    self.cpu_seconds += delta
+                    self.top[name] += delta
+            before = now
+
+    def finish(self) -> dict:
+        self.stop_event.set()
+        self.join()
+        self.seconds = time.monotonic() - self.t0
+        return {"foreign_cpus": self.cpu_seconds / self.seconds if self.seconds else 0.0,
+                "wall_seconds": self.seconds,
+                "top": [(name, round(cpu, 1)) for name, cpu in self.top.most_common(3)]}
+
+
+def print_foreign(f: dict, file=sys.stdout) -> None:
+    print(f"CPU used by processes outside this benchmark: {f['foreign_cpus']:.2f} of {os.cpu_count()} "
+          f"CPUs on average over {f['wall_seconds']:.0f} s", file=file)
+    if f["foreign_cpus"] > 0.2:
+        print("WARNING: the machine was shared; rates are lower and noisier than on an idle machine. "
+              "Busiest: " + "; ".join(f"{n} ({c} CPU-s)" for n, c in f["top"]), file=file)
+
+
+# ---- the runs ------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    workload: str
+    msgs_per_s: float
+    mb_per_s: float
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    peer: str = ""
+    peer_msgs_per_s: float | None = None
+    target: str = ""
+    met: bool | None = None
+    notes: dict = field(default_factory=dict)
+    kind: str = ""                 # produce, consume, probe
+    size: int = 0
+    flush: str = ""
+    batched: bool = False
+    producers: int = 0
+
+    @property
+    def ratio(self) -> float | None:
+        return self.msgs_per_s / self.peer_msgs_per_s if self.peer_msgs_per_s else None
+
+
+class PipelineBench:
+    def __init__(self, root: str, plan: Plan, pool):
+        self.root, self.plan, self.pool = root, plan, pool
+        self.rows: list[Row] = []
+        self.runs = 0
+
+    def fresh_store(self, flush: str) -> StoreProcess:
+        self.runs += 1
+        store = StoreProcess(os.path.join(self.root, f"store-{self.runs}"), flush).start()
+        from ipc import Admin
+        with Admin(store.address) as admin:
+            admin.create_topic(TOPIC, QUEUES)
+        return store
+
+    def produce(self, store: StoreProcess, size: int, batched: bool, producers: int,
+                seconds: float, one_at_a_time: bool = False) -> tuple[float, dict]:
+        start_at = time.monotonic() + 0.5 + 0.05 * producers
+        jobs = [self.pool.apply_async(produce_worker, (store.address, size, batched, start_at, seconds,
+                                                       one_at_a_time)) for _ in range(producers)]
+        results = [j.get(timeout=seconds + 300) for j in jobs]
+        acked = sum(r["acked"] for r in results)
+        elapsed = max(r["last"] for r in results) - start_at
+        lat = [x for r in results for x in r["latencies"]]
+        errors = collections.Counter()
+        for r in results:
+            errors.update(r["errors"])
+        late = max(r["late_s"] for r in results)
+        if late > 0.05:
+            say(f"    note: a producer was ready {late:.2f} s after the common start")
+        return elapsed, {"acked": acked, "sent": sum(r["sent"] for r in results), "late_s": late,
+                         "bytes": sum(r["bytes"] for r in results), "seconds": elapsed,
+                         "p50_ms": percentile(lat, 0.50) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3,
+                         "requests": len(lat), "errors": dict(errors)}
+
+    def run_case(self, size: int, flush: str, batched: bool, producers: int) -> None:
+        label = (f"produce {size_name(size)} {FLUSH_SHORT[flush]} "
+                 f"{'batch' + str(BATCH) if batched else 'single'} x{producers}")
+        store = self.fresh_store(flush)
+        try:
+            _, r = self.produce(store, size, batched, producers, self.plan.produce_s)
+            row = Row(label, r["acked"] / r["seconds"], r["bytes"] / r["seconds"] / L.MB, r["p50_ms"],
+                      r["p99_ms"], kind="produce", size=size, flush=flush, batched=batched,
+                      producers=producers, notes=r)
+            self.rows.append(row)
+            say(f"  {label}: {L.fmt_rate(row.msgs_per_s)} msgs/s, p50 {row.p50_ms:.2f} ms, "
+                f"p99 {row.p99_ms:.2f} ms" + (f", errors {r['errors']}" if r["errors"] else ""))
+            if producers == 1 and not batched:
+                _, p = self.produce(store, size, False, 1, self.plan.probe_s, one_at_a_time=True)
+                self.rows.append(Row(f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight",
+                                     p["acked"] / p["seconds"], p["bytes"] / p["seconds"] / L.MB,
+                                     p["p50_ms"], p["p99_ms"], kind="probe", size=size, flush=flush,
+                                     producers=1, notes=p))
+                say(f"    1 in flight: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms")
+            if producers == 1 and batched:
+                c = consume(store.address, self.plan.consume_s)
+                self.rows.append(Row(f"consume {size_name(size)} {FLUSH_SHORT[flush]} x1 consumer",
+                                     c["messages"] / c["seconds"], c["bytes"] / c["seconds"] / L.MB,
+                                     kind="consume", size=size, flush=flush, producers=1, notes=c))
+                say(f"    consume: {c['messages']} msgs, {L.fmt_rate(c['messages'] / c['seconds'])} msgs/s")
+        finally:
+            store.stop()
+            shutil.rmtree(store.root, ignore_errors=True)
+
+    def run(self) -> None:
+        for flush in self.plan.flushes:
+            for size in self.plan.sizes:
+                for batched in (False, True):
+                    for producers in self.plan.producers:
+                        self.run_case(size, flush, batched, producers)
+
+    def attach_peers(self, redis: dict | None) -> None:
+        for row in self.rows:
+            fsync = PEERS[row.flush]
+            peer = (redis or {}).get((row.size, fsync))
+            if row.kind == "produce":
+                row.peer = f"XADD c50 P100 {fsync}"
+                if peer:
+                    row.peer_msgs_per_s = peer["xadd"]["rps"]
+                if row.batched:
+                    need = 1.5 if row.flush == "ASYNC_FLUSH" else 1.0
+                    row.target = f">= {need:g}x"
+                    row.met = row.ratio >= need if row.ratio is not None else None
+            elif row.kind == "consume":
+                row.peer = f"XRANGE COUNT 100 c1 ({fsync})"
+                if peer:
+                    row.peer_msgs_per_s = peer["xrange"]["rps"] * 100
+                row.target = ">= 1.0x"
+                row.met = row.ratio >= 1.0 if row.ratio is not None else None
+            elif row.kind == "probe" and row.flush == "ASYNC_FLUSH":
+                row.target = "p99 < 1 ms"
+                row.met = row.p99_ms < 1.0
+
+
+def fmt_ms(x: float) -> str:
+    return "-" if x != x else (f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}")
+
+
+def print_table(rows: list[Row], file=sys.stdout) -> None:
+    header = ("workload", "msgs/s", "MB/s", "p50 ms", "p99 ms", "Redis peer", "Redis msgs/s",
+              "ratio", "target", "status")
+    body = []
+    for r in rows:
+        status = "" if r.met is None and not r.target else ("met" if r.met else
+                                                              "not met" if r.met is False else "no peer")
+        body.append((r.workload, L.fmt_rate(r.msgs_per_s), L.fmt_mb(r.mb_per_s), fmt_ms(r.p50_ms),
+                     fmt_ms(r.p99_ms), r.peer, L.fmt_rate(r.peer_msgs_per_s), L.fmt_ratio(r.ratio),
+                     r.target, status))
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
+    right = {1, 2, 3, 4, 6, 7}
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    print(line(header), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for b in body:
+        print(line(b), file=file)
+
+
+def print_redis(redis: dict, file=sys.stdout) -> None:
+    print("Redis Streams, same run (redis-benchmark; latencies are per pipelined request):", file=file)
+    for (size, fsync), r in sorted(redis.items()):
+        x, g = r["xadd"], r["xrange"]
+        print(f"  {size_name(size):>4} appendfsync {fsync:<8}  XADD -n {x['n']} -c 50 -P 100: "
+              f"{x['rps']:,.0f} msgs/s = {x['rps'] * size / L.MB:,.1f} MB/s (p50 {x['p50_ms']:.2f} / "
+              f"p99 {x['p99_ms']:.2f} ms);  XRANGE - + COUNT 100 -n {g['n']} -c 1: "
+              f"{g['rps']:,.0f} req/s = {g['rps'] * 100:,.0f} msgs/s", file=file)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Produce/consume throughput and put latency of a running mqstore (mqstore "
+                    "start, client library over ZeroMQ) beside Redis Streams measured in the same run.")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 KiB bodies only and shorter runs: about a minute instead of 3-6")
+    ap.add_argument("--json", metavar="FILE", help="also write every result to FILE as JSON")
+    ap.add_argument("--dir", default=None,
+                    help="parent directory of the temporary stores (a real disk; default: the "
+                         "system temp directory)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    parent = os.path.abspath(args.dir or tempfile.gettempdir())
+    os.makedirs(parent, exist_ok=True)
+    machine, disk = L.machine_info(), L.disk_info(parent, REPO)
+    L.print_machine(machine, disk)
+    if disk["fs_type"] in ("tmpfs", "ramfs", "devtmpfs"):
+        print(f"error: {parent} is on {disk['fs_type']}; use --dir on a real disk", file=sys.stderr)
+        return 2
+    have_redis = redis_available()
+    if not have_redis:
+        print(INSTALL_HINT)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    root = tempfile.mkdtemp(prefix="mqstore-pipeline-", dir=parent)
+    started = time.perf_counter()
+    foreign = ForeignLoad()
+    foreign.start()
+    redis = None
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        write = L.write_limit(root, 256 * L.MiB)
+        say(f"disk write limit (256 MiB, os.write 1 MiB chunks + fdatasync): {write.mb_per_s:,.0f} MB/s")
+        if have_redis:
+            say("Redis Streams ...")
+            redis = run_redis(root, plan)
+        say(f"mqstore ({'quick' if args.quick else 'full'}) ...")
+        with ctx.Pool(max(plan.producers), initializer=warm_worker) as pool:
+            workers = set(pool.map(worker_ready, range(2 * max(plan.producers)), chunksize=1))
+            say(f"{len(workers)} producer processes ready")
+            bench = PipelineBench(root, plan, pool)
+            bench.run()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    bench.attach_peers(redis)
+    elapsed = time.perf_counter() - started
+    cpu_use = foreign.finish()
+    print()
+    if redis:
+        print_redis(redis)
+        print()
+    print_table(bench.rows)
+    print()
+    print(f"MB/s = message bodies (10^6 B). single = send_async, {SINGLE_WINDOW} in flight per producer; "
+          f"batch{BATCH} = send_batch_async of {BATCH}, {BATCH_WINDOW} in flight; xN = N producer "
+          f"processes. p50/p99 = send to reply per request. '1 in flight' = one send() at a time, "
+          f"on the store of the row above it. ratio = our msgs/s / Redis msgs/s.")
+    print(f"disk write limit measured at the start: {write.mb_per_s:,.0f} MB/s")
+    print()
+    print_foreign(cpu_use)
+    print(f"total {elapsed:.0f} s")
+    if args.json:
+        L.write_json(args.json, {
+            "benchmark": "pipeline", "mode": "quick" if args.quick else "full", "machine": machine,
+            "disk": disk, "write_limit_mb_per_s": write.mb_per_s, "elapsed_seconds": elapsed,
+            "cpu_use": cpu_use, "plan": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
+                                         for k, v in vars(plan).items()},
+            "redis": {f"{size}/{fsync}": v for (size, fsync), v in (redis or {}).items()},
+            "rows": [{**{k: v for k, v in vars(r).items() if k != "notes"}, "ratio": r.ratio,
+                      "notes": {k: v for k, v in r.notes.items() if k != "latencies"}}
+                     for r in bench.rows]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
