@@ -28,7 +28,6 @@ folder explains every row.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import signal
@@ -36,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -45,123 +43,21 @@ for p in (REPO, HERE):
         sys.path.insert(0, p)
 
 import _limits as L                                                          # noqa: E402
-from core import Message, MessageStore, PutMessageStatus, StoreConfig        # noqa: E402
+from core import MessageStore, PutMessageStatus, StoreConfig                 # noqa: E402
 from core.fileops import REAL_FILE_OPS                                       # noqa: E402
 from core.store_files import AbortFile                                       # noqa: E402
+from _embedded_plan import (                                                  # noqa: E402
+    BATCH, FULL, QUICK, QUEUES, TAGS, THREADS, TOPIC, Frozen, MessageFactory, Plan, SizePlan, say,
+    scaled, size_name,
+)
 
-TOPIC = "BenchTopic"
-TAGS = "TagA"
 GROUP = "bench-group"
-QUEUES = 4
-BATCH = 32
-THREADS = 8
 PUT_OK = PutMessageStatus.PUT_OK
 MiB = L.MiB
 GET_TARGET = 500_000                      # messages/s
 RECOVERY_TARGET = 300.0                   # MB/s
 BATCH_TARGET = 0.5                        # x write limit, 1 KiB batches of 32 (ASYNC_FLUSH)
 SINGLE_TARGET = 0.25                      # x write limit, 1 KiB single puts (ASYNC_FLUSH)
-
-
-@dataclass(frozen=True)
-class SizePlan:
-    body: int
-    segment: int                  # mapped_file_size_commitlog of the ASYNC store
-    single: int                   # ASYNC single puts
-    batched: int                  # ASYNC messages put in batches of 32
-    sync_segment: int
-    sync_single: int              # SYNC, one thread
-    sync_threads: int             # SYNC, 8 threads
-    sync_batched: int             # SYNC, batches of 32, one thread
-
-
-@dataclass(frozen=True)
-class Plan:
-    sizes: tuple[SizePlan, ...]
-    cpu_count: int                # records per CPU-floor repetition (1 KiB; 100 B does twice)
-    cpu_mapping: int
-    fsync_ops: int                # at most this many fdatasyncs per fsync-limit measurement
-    min_free: int
-
-
-# About 3 minutes: the 1 KiB ASYNC store ends at ~1.04 GB in 256 MiB segments.
-FULL = Plan(
-    sizes=(SizePlan(1024, 256 * MiB, 400_000, 480_000, 64 * MiB, 3_000, 24_000, 96_000),
-           SizePlan(100, 64 * MiB, 400_000, 600_000, 16 * MiB, 3_000, 24_000, 96_000)),
-    cpu_count=300_000, cpu_mapping=256 * MiB, fsync_ops=2_000, min_free=5 << 30)
-# About 20 seconds; segments shrink with the data so that rolling still happens.
-QUICK = Plan(
-    sizes=(SizePlan(1024, 64 * MiB, 50_000, 64_000, 16 * MiB, 400, 3_200, 12_800),
-           SizePlan(100, 16 * MiB, 50_000, 64_000, 4 * MiB, 400, 3_200, 12_800)),
-    cpu_count=100_000, cpu_mapping=64 * MiB, fsync_ops=400, min_free=2 << 30)
-
-
-def scaled(plan: Plan, x: float) -> Plan:
-    if x == 1:
-        return plan
-
-    def n(v, step=1):
-        return max(step, int(v * x) // step * step)
-    sizes = tuple(SizePlan(s.body, s.segment, n(s.single), n(s.batched, BATCH), s.sync_segment,
-                           n(s.sync_single), n(s.sync_threads, THREADS), n(s.sync_batched, BATCH))
-                  for s in plan.sizes)
-    return Plan(sizes, n(plan.cpu_count), plan.cpu_mapping, plan.fsync_ops, plan.min_free)
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def size_name(body: int) -> str:
-    return "1KiB" if body == 1024 else f"{body}B"
-
-
-# ---- messages --------------------------------------------------------------------------
-
-class MessageFactory:
-    """RocketMQ-shaped messages with unique UNIQ_KEYs, built ahead of the timed loops."""
-
-    def __init__(self):
-        # RocketMQ's uniq id is 16 bytes printed as 32 hex digits: address, pid, class
-        # loader hash, then time and a counter. Ours: a fixed 24-digit prefix + 8-digit counter.
-        self.prefix = (f"{0x7F000001:08X}{os.getpid() & 0xFFFF:04X}1B2C3D4E"
-                       f"{int(time.time()) & 0xFFFF:04X}")
-        assert len(self.prefix) == 24
-        self.seq = 0
-        self.bodies: dict[int, list[bytes]] = {}
-
-    def bodies_of(self, size: int) -> list[bytes]:
-        if size not in self.bodies:
-            self.bodies[size] = [os.urandom(size) for _ in range(64)]
-        return self.bodies[size]
-
-    def build(self, body_size: int, count: int, queue_of) -> list[Message]:
-        bodies = self.bodies_of(body_size)
-        born = time.time_ns() // 1_000_000
-        prefix, seq = self.prefix, self.seq
-        out = [Message(topic=TOPIC, body=bodies[i & 63], queue_id=queue_of(i), tags=TAGS,
-                       properties={"UNIQ_KEY": f"{prefix}{seq + i:08X}"}, born_timestamp=born)
-               for i in range(count)]
-        self.seq += count
-        return out
-
-    def singles(self, body_size: int, count: int) -> list[Message]:
-        return self.build(body_size, count, lambda i: i % QUEUES)
-
-    def batches(self, body_size: int, count: int) -> list[list[Message]]:
-        msgs = self.build(body_size, count, lambda i: (i // BATCH) % QUEUES)
-        return [msgs[i:i + BATCH] for i in range(0, count, BATCH)]
-
-
-class Frozen:
-    """Keep the cyclic GC from walking the prebuilt messages during a timed loop."""
-
-    def __enter__(self):
-        gc.collect()
-        gc.freeze()
-
-    def __exit__(self, *exc):
-        gc.unfreeze()
 
 
 # ---- the benchmark ---------------------------------------------------------------------

@@ -37,15 +37,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
-import io
 import multiprocessing
 import os
-import queue
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -59,14 +54,13 @@ for _p in (REPO, HERE):
         sys.path.insert(0, _p)
 
 import _limits as L                                                           # noqa: E402
+from _pipeline_side import (                                                  # noqa: E402
+    BATCH, BATCH_WINDOW, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess, consume, percentile,
+    produce_worker, warm_worker, worker_ready,
+)
+from _redis_peer import RedisServer                                           # noqa: E402
 
-TOPIC = "BenchTopic"
-QUEUES = 4
-BATCH = 100
-SINGLE_WINDOW = 32
-BATCH_WINDOW = 4
 MANY = 16
-READY = "mqstore ready at "
 INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows are skipped. "
                 "On Debian: apt-get install -y redis-server redis-tools (its system service "
                 "need not run; this script starts its own server).")
@@ -99,227 +93,7 @@ def size_name(n: int) -> str:
     return "1KiB" if n == 1024 else f"{n}B"
 
 
-# ---- a store under its supervisor --------------------------------------------------------
-
-class StoreProcess:
-    """`mqstore start` on a fresh directory; stopped with SIGTERM (a clean stop) and waited for."""
-
-    def __init__(self, root: str, flush: str):
-        self.root = root
-        self.flush = flush
-        self.proc = None
-        self.address = None
-
-    def start(self, timeout: float = 120.0) -> "StoreProcess":
-        os.makedirs(self.root)
-        toml = os.path.join(self.root, "store.toml")
-        with open(toml, "w") as f:
-            f.write(f'flush_disk_type = "{self.flush}"\n')
-        exe = os.path.join(os.path.dirname(sys.executable), "mqstore")
-        cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "supervisor.cli"]
-        with open(os.path.join(self.root, "supervisor.stderr"), "w") as err:
-            self.proc = subprocess.Popen(cmd + ["start", "--store", os.path.join(self.root, "store"),
-                                               "--port", "0", "--config", toml],
-                                         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=err, text=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                self.stop()
-                raise RuntimeError(f"mqstore start did not get ready in {timeout:.0f} s") from None
-            if line is None:
-                raise RuntimeError(f"mqstore start exited ({self.proc.wait()}); see "
-                                   f"{self.root}/supervisor.stderr")
-            if line.startswith(READY):
-                self.address = line[len(READY):].strip()
-                return self
-
-    def pids(self) -> dict:
-        from ipc import Admin
-        with Admin(self.address) as admin:
-            return {s["name"]: s["pid"] for s in admin.status()["services"]}
-
-    def stop(self, timeout: float = 120.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-# ---- producers (run in the pool's processes) ----------------------------------------------
-
-def produce_worker(address: str, body_size: int, batched: bool, start_at: float, seconds: float,
-                   one_at_a_time: bool = False) -> dict:
-    """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies."""
-    from ipc import Producer
-    bodies = [os.urandom(body_size) for _ in range(64)]
-    batches = [[bodies[(k + j) % 64] for j in range(BATCH)] for k in range(4)]
-    lat: list = []
-    errors = collections.Counter()
-    sent = 0
-    with Producer(address, timeout=30.0, window=1024) as p:
-        p.queue_count(TOPIC)                       # topic_info before the clock starts
-        window = BATCH_WINDOW if batched else SINGLE_WINDOW
-        pending: collections.deque = collections.deque()
-
-        def done(fut, t0):
-            t1 = time.monotonic()
-            try:
-                res = fut.result()
-            except Exception as e:                 # a timeout or a lost connection
-                errors[type(e).__name__] += 1
-                return
-            if res.ok:
-                lat.append(t1 - t0)
-            else:
-                errors[res.status.name] += 1
-
-        late = time.monotonic() - start_at
-        while time.monotonic() < start_at:
-            time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
-        end = start_at + seconds
-        i = 0
-        while time.monotonic() < end:
-            t0 = time.monotonic()
-            if one_at_a_time:
-                res = p.send(TOPIC, bodies[i & 63])
-                if res.ok:
-                    lat.append(time.monotonic() - t0)
-                else:
-                    errors[res.status.name] += 1
-                sent += 1
-                i += 1
-                continue
-            if batched:
-                fut = p.send_batch_async(TOPIC, batches[i & 3], queue_id=i % QUEUES)
-                sent += BATCH
-            else:
-                fut = p.send_async(TOPIC, bodies[i & 63])
-                sent += 1
-            fut.add_done_callback(lambda f, t0=t0: done(f, t0))
-            pending.append(fut)
-            if len(pending) >= window:
-                pending.popleft().result()
-            i += 1
-        for fut in pending:
-            fut.exception()
-        last = time.monotonic()
-    per_req = BATCH if batched and not one_at_a_time else 1
-    return {"acked": len(lat) * per_req, "sent": sent, "bytes": len(lat) * per_req * body_size,
-            "last": last, "latencies": lat, "errors": dict(errors), "late_s": max(0.0, late)}
-
-
-def warm_worker() -> None:
-    """Pool initializer: import the client before any run, so that no producer starts late."""
-    import ipc.producer  # noqa: F401
-
-
-def worker_ready(_i: int) -> int:
-    """A warm-up task that keeps its worker busy a moment, so that every worker takes one."""
-    time.sleep(0.2)
-    return os.getpid()
-
-
-def percentile(values: list, q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-# ---- consuming (in this process) ---------------------------------------------------------
-
-def consume(address: str, seconds: float) -> dict:
-    """One Consumer reads BenchTopic from the start for at most `seconds`, reading every body."""
-    from ipc import Consumer
-    n = nbytes = 0
-    with Consumer(address, "bench", TOPIC, max_msgs=1024, long_poll_ms=200, auto_commit=False) as c:
-        t0 = time.monotonic()
-        end = t0 + seconds
-        while time.monotonic() < end:
-            msgs = c.poll(200)
-            for m in msgs:
-                nbytes += len(m.body)
-            n += len(msgs)
-            if not msgs and c.caught_up:
-                break
-        elapsed = time.monotonic() - t0
-    return {"messages": n, "bytes": nbytes, "seconds": elapsed}
-
-
 # ---- Redis ---------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """redis-server on a free port in `directory`, AOF on with the given `appendfsync`."""
-
-    def __init__(self, directory: str, appendfsync: str):
-        self.dir = directory
-        self.port = free_port()
-        os.makedirs(directory)
-        self.conf = os.path.join(directory, "redis.conf")
-        with open(self.conf, "w") as f:
-            f.write(f"bind 127.0.0.1\nport {self.port}\ndir {directory}\nsave \"\"\n"
-                    f"appendonly yes\nappendfsync {appendfsync}\nauto-aof-rewrite-percentage 0\n"
-                    f"daemonize no\nlogfile {directory}/redis.log\n")
-        self.proc = subprocess.Popen(["redis-server", self.conf], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while not self._ping():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not start; see {directory}/redis.log")
-            time.sleep(0.05)
-
-    def _ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def command(self, *args: str) -> None:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
-            s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a.encode())
-                                                         for a in args))
-            s.recv(1024)
-
-    def bench(self, n: int, clients: int, pipeline: int, *command: str) -> dict:
-        out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.port), "-n", str(n),
-                              "-c", str(clients), "-P", str(pipeline), "--csv", *command],
-                             capture_output=True, text=True, timeout=600)
-        if out.returncode != 0:
-            raise RuntimeError(f"redis-benchmark failed: {out.stderr.strip()}")
-        rows = list(csv.reader(io.StringIO(out.stdout)))
-        head, last = rows[0], rows[-1]
-        vals = dict(zip(head, last))
-        return {"rps": float(vals["rps"]), "p50_ms": float(vals.get("p50_latency_ms", "nan")),
-                "p99_ms": float(vals.get("p99_latency_ms", "nan")), "n": n, "clients": clients,
-                "pipeline": pipeline}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
 
 def redis_available() -> bool:
     return bool(shutil.which("redis-server") and shutil.which("redis-benchmark"))
