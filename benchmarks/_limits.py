@@ -416,5 +416,5 @@ def merge_best(a: dict, b: dict) -> dict:
 
 # The result table lives in _table; re-exported so that callers keep using `L.<name>`.
 from _table import (  # noqa: E402,F401
-    Row, fmt_mb, fmt_ratio, fmt_rate, print_table, spread, write_json,
+    Row, fmt_mb, fmt_ratio, fmt_rate, print_aligned, print_table, spread, write_json,
 )

@@ -76,9 +76,13 @@ def print_table(rows: list[Row], file=sys.stdout) -> None:
         body.append((r.workload, fmt_rate(r.ops_per_s), fmt_mb(r.mb_per_s), r.limit_name,
                      fmt_mb(r.limit_mb_per_s), fmt_ratio(r.ratio), fmt_ratio(r.floor_ratio),
                      target, status))
+    print_aligned(header, body, {1, 2, 4, 5, 6}, file)
+
+
+def print_aligned(header, body, right: set, file=sys.stdout) -> None:
+    """A plain-text table: columns as wide as their widest cell, `right` ones right-aligned."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
-    right = {1, 2, 4, 5, 6}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)

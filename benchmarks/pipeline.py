@@ -310,16 +310,7 @@ def print_table(rows: list[Row], file=sys.stdout) -> None:
         body.append((r.workload, L.fmt_rate(r.msgs_per_s), L.fmt_mb(r.mb_per_s), fmt_ms(r.p50_ms),
                      fmt_ms(r.p99_ms), r.peer, L.fmt_rate(r.peer_msgs_per_s), L.fmt_ratio(r.ratio),
                      r.target, status))
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-    right = {1, 2, 3, 4, 6, 7}
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    print(line(header), file=file)
-    print("  ".join("-" * w for w in widths), file=file)
-    for b in body:
-        print(line(b), file=file)
+    L.print_aligned(header, body, {1, 2, 3, 4, 6, 7}, file)
 
 
 def print_redis(redis: dict, file=sys.stdout) -> None:
