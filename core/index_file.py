@@ -148,7 +148,12 @@ class IndexFile:
         key_hash = index_key_hash(key)
         slot_pos = self._slot_pos(key_hash)
         head = _I32.unpack_from(buf, slot_pos)[0]
-        if head <= 0 or head > count:
+        if head == count:
+            # A put killed after writing its slot but before the header: entry `count` holds
+            # the slot's previous head. Chaining to it would cut the older entries off.
+            prev = _I32.unpack_from(buf, self._entry_pos(count) + 16)[0]
+            head = prev if 0 < prev < count else 0
+        elif head <= 0 or head > count:
             head = 0
         if count <= 1:
             # The first entry sets the file's begin values before its own time diff is taken,

@@ -87,7 +87,6 @@ class StoreReader:
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         buffers, offsets = result.buffers, result.queue_offsets
         max_phy = self.commitlog.get_max_offset()
-        min_phy = self.commitlog.get_min_offset()
         records = _SegmentReader(self.commitlog.queue)
         total = 0
         scanned = 0
@@ -100,7 +99,7 @@ class StoreReader:
                     continue
                 rec = records.read(phys, size)
                 if rec is None:
-                    if phys >= min_phy:
+                    if phys >= self.commitlog.get_min_offset():     # now, not as of the start
                         # Still in the log but not readable here yet (a reader's view of the
                         # log can trail the queue): stop, so that the next pull starts here.
                         scanned -= 1
