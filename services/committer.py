@@ -18,19 +18,17 @@ segment's start means its buffer, if any, is already recorded in the control blo
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import zmq
 
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import MappedFile, offset_to_file_name
 from ipc.control_block import Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from services.append_pool import SharedPool
 from services.append_waiters import Histogram
 from services.base import ServiceLoop, run_service
+from services.segment_cache import SegmentCache
 
 log = logging.getLogger("mqstore.committer")
 
@@ -47,7 +45,7 @@ class Committer(ServiceLoop):
         self.last_thorough = time.monotonic()
         self.next_commit = 0.0
         self.committed = cb.get(Word.COMMITTED)
-        self.segments: dict[int, MappedFile] = {}
+        self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=True)
         self.latency = Histogram()
         self.next_stats = time.monotonic() + 1.0
 
@@ -88,7 +86,7 @@ class Committer(ServiceLoop):
         size = self.file_size
         while committed < wrote:
             start = committed - committed % size
-            mf = self._segment(start)
+            mf = self.segments.get(start)
             index = self.cb.pool_buffer_for(start)
             mf.write_buffer = None if index is None else self.pool.buffers[index]
             mf.committed_position = committed - start
@@ -100,9 +98,7 @@ class Committer(ServiceLoop):
             if reached == start + size:
                 if index is not None:
                     self.cb.pool_return(index)
-                mf.write_buffer = None
-                mf.unmap_if_idle()
-                del self.segments[start]
+                self.segments.drop(start)
             if reached == committed:
                 break
             committed = reached
@@ -115,13 +111,6 @@ class Committer(ServiceLoop):
             except zmq.ZMQError:
                 pass                           # the flusher polls COMMITTED as well
 
-    def _segment(self, start: int) -> MappedFile:
-        mf = self.segments.get(start)
-        if mf is None:
-            path = os.path.join(self.config.commitlog_dir, offset_to_file_name(start))
-            mf = self.segments[start] = MappedFile(path, self.file_size, REAL_FILE_OPS)
-        return mf
-
     def drain(self) -> None:
         """Commit everything written before exit."""
         while self.committed < self.cb.get(Word.WROTE):
@@ -132,10 +121,7 @@ class Committer(ServiceLoop):
                 break
 
     def close(self) -> None:
-        for mf in self.segments.values():
-            mf.write_buffer = None
-            mf.unmap_if_idle()
-        self.segments.clear()
+        self.segments.close()
         self.pool.close()
         self.pull.close(0)
         self.flush_push.close(0)

@@ -30,19 +30,18 @@ with code 3 and the supervisor runs the abnormal recovery.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import zmq
 
 from core.checkpoint import StoreCheckpoint
 from core.fileops import REAL_FILE_OPS
-from core.mapped_file import MappedFile, offset_to_file_name
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from services.append_waiters import Histogram
 from services.base import ServiceLoop, run_service
+from services.segment_cache import SegmentCache
 
 log = logging.getLogger("mqstore.flusher")
 CHECKPOINT_INTERVAL_S = 0.1
@@ -68,7 +67,7 @@ class Flusher(ServiceLoop):
         self.last_thorough = time.monotonic()
         self.next_flush = 0.0
         self.flushed = cb.get(Word.FLUSHED)
-        self.segments: dict[int, MappedFile] = {}
+        self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=False)
         self.checkpoint: StoreCheckpoint | None = None
         self.checkpointed = None
         self.next_checkpoint = 0.0
@@ -126,7 +125,7 @@ class Flusher(ServiceLoop):
         size = self.file_size
         while flushed < target:
             start = flushed - flushed % size
-            mf = self._segment(start)
+            mf = self.segments.get(start)
             mf.flushed_position = flushed - start
             mf.wrote_position = min(target - start, size)
             began = time.perf_counter()
@@ -139,8 +138,7 @@ class Flusher(ServiceLoop):
                 break
             self.latency.observe(time.perf_counter() - began)
             if reached == start + size:
-                mf.unmap_if_idle()
-                del self.segments[start]
+                self.segments.drop(start)
             flushed = reached
         if flushed > self.flushed:
             self.flushed = flushed
@@ -150,13 +148,6 @@ class Flusher(ServiceLoop):
             if flushed == target and store_ts:
                 cb.raise_to(Word.PHYSIC_TS, store_ts)
             self.pub.send(pack({"flushed": flushed}))
-
-    def _segment(self, start: int) -> MappedFile:
-        mf = self.segments.get(start)
-        if mf is None:
-            path = os.path.join(self.config.commitlog_dir, offset_to_file_name(start))
-            mf = self.segments[start] = MappedFile(path, self.file_size, REAL_FILE_OPS, writable=False)
-        return mf
 
     def write_checkpoint(self, force: bool) -> None:
         cb = self.cb
@@ -185,9 +176,7 @@ class Flusher(ServiceLoop):
         self.checkpoint.shutdown()
 
     def close(self) -> None:
-        for mf in self.segments.values():
-            mf.unmap_if_idle()
-        self.segments.clear()
+        self.segments.close()
         self.pull.close(0)
         self.pub.close(0)
         super().close()
