@@ -16,6 +16,7 @@ import os
 import threading
 import time
 
+from core.least_pages import LeastPages
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class FlushService(ServiceThread):
         self.cv = threading.Condition()
         self.requested = 0
         self.failed = False
-        self._last_thorough = time.monotonic()
+        self.least = LeastPages(self.cfg.flush_commitlog_least_pages,
+                                self.cfg.flush_commitlog_thorough_interval)
 
     # -- put side ------------------------------------------------------------------------
     def wait_flushed(self, next_offset: int, timeout_ms: int) -> bool:
@@ -98,11 +100,7 @@ class FlushService(ServiceThread):
             target = max(self.requested, self.commitlog.get_max_offset())
             self._flush_until(target)
         else:
-            least = self.cfg.flush_commitlog_least_pages
-            now = time.monotonic()
-            if now - self._last_thorough >= self.cfg.flush_commitlog_thorough_interval / 1000:
-                least = 0
-                self._last_thorough = now
+            least = self.least.now()
             for _ in range(len(queue.files) + 1):
                 if self._flush(least):
                     break
@@ -154,15 +152,11 @@ class CommitService(ServiceThread):
         self.store = store
         self.cfg = store.config
         self.interval_ms = self.cfg.commit_interval_commitlog
-        self._last_thorough = time.monotonic()
+        self.least = LeastPages(self.cfg.commit_commitlog_least_pages,
+                                self.cfg.commit_commitlog_thorough_interval)
 
     def run_once(self) -> None:
-        least = self.cfg.commit_commitlog_least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self.cfg.commit_commitlog_thorough_interval / 1000:
-            least = 0
-            self._last_thorough = now
-        if not self.store.commitlog.commit(least):
+        if not self.store.commitlog.commit(self.least.now()):
             self.store.flush_service.wakeup()
 
     def drain(self) -> None:

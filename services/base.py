@@ -43,6 +43,7 @@ class ServiceLoop:
         self.ctx = zmq.Context.instance()
         self.poller = zmq.Poller()
         self.ready: dict = {}
+        self._next_stats = 0.0
         self.events = make_socket(self.ctx, zmq.PUSH)
         self.events.setsockopt(zmq.SNDTIMEO, 0)
         self.events.connect(ipc_endpoint(self.run_dir, "events"))
@@ -93,6 +94,25 @@ class ServiceLoop:
 
     def close(self) -> None:
         self.events.close(0)
+
+    # -- helpers for loops ---------------------------------------------------------------
+    @staticmethod
+    def take_wakeups(sock) -> bool:
+        """Read every waiting wakeup message on `sock`; whether there was any."""
+        woken = False
+        while True:
+            try:
+                sock.recv(zmq.NOBLOCK)
+                woken = True
+            except zmq.Again:
+                return woken
+
+    def emit_latency_every_second(self, field: str, histogram, now: float) -> None:
+        """Send `histogram`'s counts as a `stats` event at most once a second (metrics)."""
+        if now >= self._next_stats:
+            self._next_stats = now + 1.0
+            if histogram.total:
+                self.emit("stats", **{field: histogram.take()})
 
     # -- lifecycle events ----------------------------------------------------------------
     def set_state(self, state: ServiceState, **fields) -> None:

@@ -22,6 +22,7 @@ import time
 
 import zmq
 
+from core.least_pages import LeastPages
 from ipc.control_block import Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
@@ -40,14 +41,12 @@ class Committer(ServiceLoop):
         super().__init__(config, cb)
         self.interval_ms = config.commit_interval_commitlog
         self.file_size = config.mapped_file_size_commitlog
-        self.least_pages = config.commit_commitlog_least_pages
-        self.thorough_s = config.commit_commitlog_thorough_interval / 1000
-        self.last_thorough = time.monotonic()
+        self.least = LeastPages(config.commit_commitlog_least_pages,
+                                config.commit_commitlog_thorough_interval)
         self.next_commit = 0.0
         self.committed = cb.get(Word.COMMITTED)
         self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=True)
         self.latency = Histogram()
-        self.next_stats = time.monotonic() + 1.0
 
     def setup(self) -> None:
         self.pool = SharedPool(self.cb, self.config.transient_store_pool_size, self.file_size)
@@ -59,25 +58,13 @@ class Committer(ServiceLoop):
         self.poller.register(self.pull, zmq.POLLIN)
 
     def run_once(self) -> None:
-        woken = False
-        while True:
-            try:
-                self.pull.recv(zmq.NOBLOCK)
-                woken = True
-            except zmq.Again:
-                break
+        woken = self.take_wakeups(self.pull)
         now = time.monotonic()
-        if now >= self.next_stats:
-            self.next_stats = now + 1.0
-            if self.latency.total:
-                self.emit("stats", commit_latency=self.latency.take())
+        self.emit_latency_every_second("commit_latency", self.latency, now)
         if not woken and now < self.next_commit:
             return
         self.next_commit = now + self.interval_ms / 1000
-        least = self.least_pages
-        if now - self.last_thorough >= self.thorough_s:
-            least = 0
-            self.last_thorough = now
+        least = self.least.now(now)
         self.commit(least)
 
     def commit(self, least_pages: int) -> None:

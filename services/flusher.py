@@ -36,6 +36,7 @@ import zmq
 
 from core.checkpoint import StoreCheckpoint
 from core.fileops import REAL_FILE_OPS
+from core.least_pages import LeastPages
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
@@ -62,9 +63,8 @@ class Flusher(ServiceLoop):
         self.interval_ms = SYNC_POLL_MS if self.sync else config.flush_interval_commitlog
         self.file_size = config.mapped_file_size_commitlog
         self.timed = config.flush_commitlog_timed
-        self.least_pages = config.flush_commitlog_least_pages
-        self.thorough_s = config.flush_commitlog_thorough_interval / 1000
-        self.last_thorough = time.monotonic()
+        self.least = LeastPages(config.flush_commitlog_least_pages,
+                                config.flush_commitlog_thorough_interval)
         self.next_flush = 0.0
         self.flushed = cb.get(Word.FLUSHED)
         self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=False)
@@ -72,7 +72,6 @@ class Flusher(ServiceLoop):
         self.checkpointed = None
         self.next_checkpoint = 0.0
         self.latency = Histogram()
-        self.next_stats = time.monotonic() + 1.0
 
     def setup(self) -> None:
         self.checkpoint = StoreCheckpoint(self.config.checkpoint_path, REAL_FILE_OPS)
@@ -92,30 +91,16 @@ class Flusher(ServiceLoop):
             return EXIT_FLUSH_FAILED
 
     def run_once(self) -> None:
-        woken = False
-        while True:
-            try:
-                self.pull.recv(zmq.NOBLOCK)
-                woken = True
-            except zmq.Again:
-                break
+        woken = self.take_wakeups(self.pull)
         if self.sync:
             self.flush(0)
         else:
             now = time.monotonic()
             if now >= self.next_flush or (woken and not self.timed):
                 self.next_flush = now + self.interval_ms / 1000
-                least = self.least_pages
-                if now - self.last_thorough >= self.thorough_s:
-                    least = 0
-                    self.last_thorough = now
-                self.flush(least)
+                self.flush(self.least.now(now))
         self.write_checkpoint(force=False)
-        now = time.monotonic()
-        if now >= self.next_stats:
-            self.next_stats = now + 1.0
-            if self.latency.total:
-                self.emit("stats", flush_latency=self.latency.take())
+        self.emit_latency_every_second("flush_latency", self.latency, time.monotonic())
 
     def flush(self, least_pages: int) -> None:
         cb = self.cb
