@@ -379,7 +379,8 @@ def check_crash_points_before_flushes(store_root, crash_dir, puts: int, commitlo
 
 @pytest.mark.parametrize("puts, commitlog_every, index", [
     (150, 8, True),
-    (60, 5, False),           # no older index time to hide a late start
+    (120, 5, False),          # no older index time to hide a late start (enough puts that a
+                              # checkpoint lands mid-run even on a loaded machine)
     pytest.param(200, 2, True, marks=pytest.mark.slow),
 ])
 def test_power_cut_before_flushes_of_a_running_store(store_root, crash_dir, monkeypatch,
