@@ -102,6 +102,27 @@ class ConsumeQueue:
         self.max_physic_offset = phys + size
         return True
 
+    def put_entries(self, first: int, entries: bytes, max_physic_offset: int) -> None:
+        """Write the packed entries `entries` as entries first, first + 1, ... When they simply
+        extend the queue inside its last segment this is one copy; otherwise each goes through
+        `put_message_position_info` (repeats, gaps, a segment roll)."""
+        expect = first * UNIT_SIZE
+        mf = self.queue.get_last_mapped_file()
+        if mf is not None and expect > 0 and mf.file_from_offset + mf.wrote_position == expect \
+                and mf.wrote_position + len(entries) <= mf.file_size \
+                and expect >= self.min_logic_offset:
+            buf = self.queue.hold(mf)
+            try:
+                pos = mf.wrote_position
+                buf[pos:pos + len(entries)] = entries
+                mf.wrote_position = mf.committed_position = pos + len(entries)
+            finally:
+                mf.release()
+            self.max_physic_offset = max_physic_offset
+            return
+        for i, (phys, size, tags_code) in enumerate(ENTRY.iter_unpack(entries)):
+            self.put_message_position_info(phys, size, tags_code, first + i)
+
     def _fill_blanks(self, mf, expect: int, first: bool) -> None:
         """Fill up to `expect` with filler entries: the queue starts late (its head expired) or has a gap."""
         if not first:

@@ -54,6 +54,11 @@ class ConsumeQueueStore:
         self.find_or_create(req.topic, req.queue_id).put_message_position_info(
             req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset)
 
+    def put_entries(self, topic: str, queue_id: int, first: int, entries: bytes,
+                    max_physic_offset: int) -> None:
+        """Consecutive packed entries from queue offset `first` (see ConsumeQueue.put_entries)."""
+        self.find_or_create(topic, queue_id).put_entries(first, entries, max_physic_offset)
+
     def max_physic_offset(self) -> int:
         """The end of the newest record any queue points at (-1 when none)."""
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)

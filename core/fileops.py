@@ -34,12 +34,14 @@ class Mapping:
         """Make bytes [lo, hi) durable. fdatasync releases the GIL, unlike mmap.flush (DESIGN.md 4)."""
         os.fdatasync(self._fd)
 
-    def populate(self) -> None:
-        """Prefault every page for writing, so that first appends do not take page faults."""
+    def populate(self, length: int | None = None) -> None:
+        """Prefault the first `length` bytes (all by default) for writing, so that first
+        writes there do not take page faults."""
+        length = self.size if length is None else min(self.size, -(-length // PAGE_SIZE) * PAGE_SIZE)
         try:
-            self.buf.madvise(MADV_POPULATE_WRITE)
+            self.buf.madvise(MADV_POPULATE_WRITE, 0, length)
         except (OSError, ValueError, AttributeError):
-            for off in range(0, self.size, PAGE_SIZE):
+            for off in range(0, length, PAGE_SIZE):
                 self.buf[off] = self.buf[off]
 
     def advise_willneed(self) -> None:

@@ -75,6 +75,9 @@ class IndexFile:
                     f"{hash_slot_num} hash slots and {index_num} entries (wrong file or settings)")
         self._mapping = fileops.map_file(path, self.size)
         if create:
+            # Keys land in random slots: fault the whole slot table in now, in one call,
+            # rather than a page at a time on the first puts.
+            self._mapping.populate(self._entries_pos)
             self._write_fresh_header(prev_end_phy_offset, prev_end_timestamp)
 
     # ---- header ------------------------------------------------------------------------
@@ -141,38 +144,58 @@ class IndexFile:
 
     def put_key(self, key: str, phys_offset: int, store_timestamp: int) -> bool:
         """Append an entry for `key`; False (and nothing written) when the file is full."""
+        return self.put_hashed([index_key_hash(key)], [phys_offset], [store_timestamp], 0) == 1
+
+    def put_hashed(self, hashes: list[int], offsets: list[int], timestamps: list[int],
+                   start: int) -> int:
+        """Append entries for hashes[start:] (key hashes, with their records' phys offsets and
+        store times) until the file is full; return the position of the first one not put.
+
+        Each entry is written before its slot points at it, and the header once at the end:
+        a writer killed in between leaves slots pointing past the header's count, at whole
+        entries whose chains lead back below it (`_live_head` follows them).
+        """
         buf = self._mapping.buf
         begin_ts, _, begin_phy, _, slot_count, count = self._header()
-        if count >= self.index_num:
-            return False
-        key_hash = index_key_hash(key)
-        slot_pos = self._slot_pos(key_hash)
-        head = _I32.unpack_from(buf, slot_pos)[0]
-        if head == count:
-            # A put killed after writing its slot but before the header: entry `count` holds
-            # the slot's previous head. Chaining to it would cut the older entries off.
-            prev = _I32.unpack_from(buf, self._entry_pos(count) + 16)[0]
-            head = prev if 0 < prev < count else 0
-        elif head <= 0 or head > count:
-            head = 0
-        if count <= 1:
-            # The first entry sets the file's begin values before its own time diff is taken,
-            # so that its stored time is exact (RocketMQ takes it against the seeded begin).
-            begin_ts, begin_phy = store_timestamp, phys_offset
-        _ENTRY.pack_into(buf, self._entry_pos(count), key_hash, phys_offset,
-                         self._time_diff(store_timestamp, begin_ts), head)
-        _I32.pack_into(buf, slot_pos, count)
-        if head == 0:
-            slot_count += 1
-        _HEADER.pack_into(buf, 0, begin_ts, store_timestamp, begin_phy, phys_offset,
-                          slot_count, count + 1)
-        return True
+        cap, slots, entries = self.index_num, self.hash_slot_num, self._entries_pos
+        read_i32, write_i32, write_entry = _I32.unpack_from, _I32.pack_into, _ENTRY.pack_into
+        i, n = start, len(hashes)
+        while i < n and count < cap:
+            key_hash, phys, ts = hashes[i], offsets[i], timestamps[i]
+            slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            head = read_i32(buf, slot_pos)[0]
+            if not 0 <= head < count:
+                head = self._live_head(head, count)
+            if count <= 1:
+                # The first entry sets the file's begin values before its own time diff is
+                # taken, so that its stored time is exact (RocketMQ takes it against the seed).
+                begin_ts, begin_phy = ts, phys
+            diff = 0 if begin_ts <= 0 else min(max((ts - begin_ts) // 1000, 0), INT32_MAX)
+            write_entry(buf, entries + count * ENTRY_SIZE, key_hash, phys, diff, head)
+            write_i32(buf, slot_pos, count)
+            if head == 0:
+                slot_count += 1
+            count += 1
+            i += 1
+        if i > start:
+            _HEADER.pack_into(buf, 0, begin_ts, timestamps[i - 1], begin_phy, offsets[i - 1],
+                              slot_count, count)
+        return i
 
-    @staticmethod
-    def _time_diff(store_timestamp: int, begin_timestamp: int) -> int:
-        if begin_timestamp <= 0:
-            return 0
-        return min(max((store_timestamp - begin_timestamp) // 1000, 0), INT32_MAX)
+    def _live_head(self, head: int, count: int) -> int:
+        """The newest entry below `count` in the chain a slot value `head` starts (0: none).
+        A value at or past `count` was left by a writer killed before it wrote the header: the
+        entry it points at is whole, and its previous-entry links lead back to the live chain.
+        Cutting there instead would lose every older entry of the slot."""
+        buf = self._mapping.buf
+        while head >= count:
+            if head >= self.index_num:
+                return 0
+            prev = _I32.unpack_from(buf, self._entry_pos(head) + 16)[0]
+            if not 0 <= prev < head:
+                return 0
+            head = prev
+        return max(head, 0)
 
     def flush(self) -> None:
         """Make header, slots and entries durable (the header is kept in the buffer itself)."""
@@ -204,7 +227,9 @@ class IndexFile:
         begin_ts, count = self.begin_timestamp, self.index_count
         key_hash = index_key_hash(key)
         index = _I32.unpack_from(buf, self._slot_pos(key_hash))[0]
-        if count <= 1 or index <= 0 or index >= count:
+        if index >= count:
+            index = self._live_head(index, count)       # a put in progress (or killed)
+        if count <= 1 or index <= 0:
             return
         while True:
             entry_hash, phys, diff, prev = _ENTRY.unpack_from(buf, self._entry_pos(index))

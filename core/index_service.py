@@ -20,8 +20,10 @@ import os
 import re
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from datetime import datetime, timedelta
 
+from core.hashing import index_key_hashes
 from core.index_file import IndexFile
 from core.message import (
     KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED,
@@ -122,41 +124,49 @@ class IndexService:
     # ---- build -------------------------------------------------------------------------
 
     def build_index(self, req) -> None:
-        """Index one dispatched record (a `DispatchRequest`).
-
-        Raises OSError when a new file cannot be created (a full disk); the keys put before
-        that stay, and re-dispatching the record adds the missing ones.
-        """
+        """Index one dispatched record (a `DispatchRequest`)."""
         if req.sys_flag & SYSFLAG_TRANSACTION_MASK in _SKIPPED_TRANSACTIONS:
             return
         keys = index_keys(req)
-        if not keys:
-            return
-        offset, ts = req.commit_log_offset, req.store_timestamp
-        keys = self._not_yet_indexed(keys, offset)
-        if not keys:
-            return
-        f = self._files[-1] if self._files and not self._files[-1].is_full else self._roll()
-        for key in keys:
-            if not f.put_key(key, offset, ts):
-                f = self._roll()
-                f.put_key(key, offset, ts)
+        self.build_batch(keys, [req.commit_log_offset] * len(keys),
+                         [req.store_timestamp] * len(keys))
 
-    def _not_yet_indexed(self, keys: list[str], offset: int) -> list[str]:
-        if not self._files:
-            return keys
+    def build_batch(self, keys: list[str], offsets: list[int], timestamps: list[int]) -> None:
+        """Index `keys[i]` (built by `build_key`) for the record at `offsets[i]` stored at
+        `timestamps[i]`; the records in log order, each record's keys in `index_keys` order.
+
+        Keys of records already indexed are skipped (see the module docstring). Raises OSError
+        when a new file cannot be created (a full disk); the keys put before that stay, and
+        re-dispatching the records adds the missing ones.
+        """
+        start = self._first_not_indexed(offsets)
+        if start >= len(keys):
+            return
+        hashes = index_key_hashes(keys[start:] if start else keys)
+        if start:
+            offsets, timestamps = offsets[start:], timestamps[start:]
+        f = self._files[-1] if self._files and not self._files[-1].is_full else self._roll()
+        done = f.put_hashed(hashes, offsets, timestamps, 0)
+        while done < len(hashes):
+            done = self._roll().put_hashed(hashes, offsets, timestamps, done)
+
+    def _first_not_indexed(self, offsets: list[int]) -> int:
+        """How many of the leading keys (at `offsets`, in log order) are indexed already."""
+        if not self._files or not offsets:
+            return 0
         last = self._files[-1]
         end = last.end_phy_offset
-        if offset > end:
-            return keys
-        if offset < end:
-            return []
+        if offsets[0] > end:
+            return 0
+        at = bisect_left(offsets, end)
+        if at == len(offsets) or offsets[at] != end:
+            return at
         if last.index_count <= 1 and end <= 0:
-            return keys                     # a fresh file: the record at offset 0 is new
+            return at                       # a fresh file: the record at offset 0 is new
         # The newest indexed record again: its keys are put in order, so the entries at its
         # offset at the end of the index are a prefix of them; put the rest (an interrupted
         # build). Counting entries, not looking keys up, is immune to hash collisions.
-        return keys[self._tail_count(offset):]
+        return at + min(self._tail_count(end), bisect_right(offsets, end) - at)
 
     def _tail_count(self, offset: int) -> int:
         # The newest record's entries may span the last two files (or more, with tiny files).

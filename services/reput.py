@@ -30,7 +30,6 @@ from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import Dispatcher, DispatchStop
 from core.fileops import REAL_FILE_OPS
 from core.index_service import IndexService
-from core.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT
 from core.readonly_views import CommitLogView
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import pack
@@ -40,7 +39,6 @@ from services.base import ServiceLoop, run_service
 log = logging.getLogger("reput")
 CHUNK = 4 << 20
 CATCH_UP_BYTES = 64 << 20
-_CQ_TYPES = (SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_COMMIT)
 
 
 class Reput(ServiceLoop):
@@ -87,9 +85,8 @@ class Reput(ServiceLoop):
         self.report_progress(self.reput_from - start, total)
 
     # -- dispatch ------------------------------------------------------------------------
-    def _arrived(self, req) -> None:
-        if (req.sys_flag & SYSFLAG_TRANSACTION_MASK) in _CQ_TYPES:
-            self.arrivals[req.topic, req.queue_id] = req.consume_queue_offset + 1
+    def _arrived(self, topic: str, queue_id: int, next_offset: int) -> None:
+        self.arrivals[topic, queue_id] = next_offset
 
     def dispatch_once(self) -> bool:
         """Dispatch up to CHUNK bytes below CONFIRM; True when it moved."""

@@ -203,7 +203,7 @@ class RecordingMapping(Mapping):
             raise ValueError(f"flush of a closed mapping of {self.path}")
         self._flush_range(self.image, lo, self.size if hi is None else hi, self.size)
 
-    def populate(self) -> None:
+    def populate(self, length: int | None = None) -> None:
         """Nothing to prefault in memory."""
 
     def advise_willneed(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from core.codec import DispatchRequest
 from core.commitlog import CommitLog
 from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import Dispatcher, DispatchStop
@@ -32,7 +31,8 @@ class Parts:
                                   REAL_FILE_OPS)
         self.index.load(True, 0)
         self.arrived = []
-        self.dispatcher = Dispatcher(self.log, self.cqs, self.index, self.arrived.append)
+        self.dispatcher = Dispatcher(self.log, self.cqs, self.index,
+                                     lambda *arrival: self.arrived.append(arrival))
 
     def put(self, msg):
         return self.log.append(self.log.prepare(msg))
@@ -58,8 +58,7 @@ def test_dispatch_everything(parts):
     assert (offset, stop) == (end, DispatchStop.DONE)
     assert parts.cqs.topic_queue_table() == {("T", 0): 5, ("T", 1): 5}
     assert parts.cqs.find("T", 1).get_entry(2)[0] == res[5].wrote_offset
-    assert [r.commit_log_offset for r in parts.arrived] == [r.wrote_offset for r in res]
-    assert all(isinstance(r, DispatchRequest) for r in parts.arrived)
+    assert sorted(parts.arrived) == [("T", 0, 5), ("T", 1, 5)]       # once per queue and batch
     assert parts.index.query_offset("T", "k7", 10, 0, 1 << 62)[0] == [res[7].wrote_offset]
     assert parts.dispatcher.last_store_timestamp == res[-1].store_timestamp
 
@@ -165,7 +164,7 @@ def test_transaction_types(parts):
     assert cq.get_max_offset_in_queue() == 2           # normal and commit only
     for key, indexed in (("n", True), ("p", False), ("c", True), ("r", False)):
         assert bool(parts.index.query_offset("T", key, 10, 0, 1 << 62)[0]) is indexed, key
-    assert len(parts.arrived) == 4
+    assert parts.arrived == [("T", 0, 2)]             # only what reached the queue
 
 
 def test_dispatching_twice_changes_nothing(parts):
@@ -182,3 +181,31 @@ def test_dispatching_twice_changes_nothing(parts):
     assert {k: [cq.get_entry(i) for i in range(cq.get_max_offset_in_queue())]
             for k, cq in parts.cqs.queues.items()} == entries
     assert parts.index.query_offset("T1", "k4", 64, 0, 1 << 62)[0] == hits
+
+
+def test_small_batches_give_the_same_queues_and_index(parts, monkeypatch, tiny_config):
+    """Dispatch in batches of 3 records (runs of one queue cut at every batch edge) builds
+    what one big batch builds."""
+    import core.dispatch
+    for i in range(40):
+        parts.put(Message("T%d" % (i % 2), b"r%d" % i, queue_id=i % 3, tags="t%d" % (i % 4),
+                          keys="a%d b%d" % (i, i)))
+    end = parts.log.get_max_offset()
+    parts.dispatcher.run(0, end)
+    table = parts.cqs.topic_queue_table()
+    entries = {k: cq.get_entries(0, 100) for k, cq in parts.cqs.queues.items()}
+    other = Parts(tiny_config(store_path_root_dir=parts.cfg.store_path_root_dir + "-small"))
+    try:
+        for i in range(40):
+            other.put(Message("T%d" % (i % 2), b"r%d" % i, queue_id=i % 3, tags="t%d" % (i % 4),
+                              keys="a%d b%d" % (i, i)))
+        monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", 3)
+        assert other.dispatcher.run(0, end) == (end, DispatchStop.DONE)
+        assert other.cqs.topic_queue_table() == table
+        assert {k: cq.get_entries(0, 100) for k, cq in other.cqs.queues.items()} == entries
+        for i in range(40):
+            topic = "T%d" % (i % 2)
+            assert other.index.query_offset(topic, "b%d" % i, 5, 0, 1 << 62)[0] == \
+                parts.index.query_offset(topic, "b%d" % i, 5, 0, 1 << 62)[0] != []
+    finally:
+        other.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.hashing import index_key_hash, java_hash, tags_code
+from core.hashing import index_key_hash, index_key_hashes, java_hash, tags_code
 from core.subscription import subscription_codes, tags_match
 
 INT_MIN = -(1 << 31)
@@ -165,3 +165,16 @@ def test_java_hash_matches_the_utf16_recurrence_for_long_and_mixed_strings():
     for n in list(range(0, 20)) + [255, 256, 257, 600]:
         s = "".join(rng.choice(alphabet) for _ in range(n))
         assert java_hash.__wrapped__(s) == reference(s), s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=40), min_size=0, max_size=40), st.text(min_size=1, max_size=300))
+def test_index_key_hashes_equals_one_at_a_time(keys, one):
+    """Batches of any keys, and 16+ keys of one ASCII width (the numpy path), including the
+    string whose hash is Integer.MIN_VALUE (its index hash is 0)."""
+    assert index_key_hashes(keys) == [index_key_hash(k) for k in keys]
+    same = [one] * 20 + ["polygenelubricants"[:len(one)]] * 3
+    assert index_key_hashes(same) == [index_key_hash(k) for k in same]
+    assert index_key_hashes(["polygenelubricants"] * 17) == [0] * 17
+    ascii_keys = ["BenchTopic#%032X" % (i * 2654435761) for i in range(64)]
+    assert index_key_hashes(ascii_keys) == [index_key_hash(k) for k in ascii_keys]

@@ -33,6 +33,9 @@ class _BufferMapping:
             f.write(self.buf[lo:hi])
         self._log.append((os.path.basename(self.path), lo, hi))
 
+    def populate(self, length=None) -> None:
+        """Nothing to prefault in memory."""
+
     def close(self) -> None:
         self.buf = None
 
@@ -295,3 +298,37 @@ def test_truncate_restores_the_exact_bytes_of_the_prefix(puts, cut_frac):
         prefix.close()
         with open(os.path.join(d, "full"), "rb") as a, open(os.path.join(d, "prefix"), "rb") as b:
             assert a.read() == b.read()
+
+
+def test_batch_put_killed_before_its_header_keeps_every_older_entry(tmp_path):
+    """`put_hashed` writes entries and slots first and the header last. A writer killed in
+    between leaves slots pointing past the header's count: readers and the next writer follow
+    those entries' links back, so no older entry of the slot is lost, and re-putting the
+    batch (as re-dispatch does) gives every key."""
+    f = IndexFile(str(tmp_path / "idx"), 2, 50, REAL_FILE_OPS, create=True)
+    old = [f"old{i}" for i in range(6)]
+    new = [f"new{i}" for i in range(6)]
+    assert f.put_hashed([index_key_hash(k) for k in old], list(range(6)),
+                        [BASE_TS] * 6, 0) == 6
+    header = bytes(f._mapping.buf[:40])
+    f.put_hashed([index_key_hash(k) for k in new], list(range(6, 12)), [BASE_TS] * 6, 0)
+    f._mapping.buf[:40] = header                       # the kill: the header was never written
+    for i, k in enumerate(old):
+        assert f.select_phy_offsets(k, 10, 0, LONG_MAX) == [i], k
+    assert all(f.select_phy_offsets(k, 10, 0, LONG_MAX) == [] for k in new)
+    assert f.put_hashed([index_key_hash(k) for k in new], list(range(6, 12)),
+                        [BASE_TS] * 6, 0) == 6
+    for i, k in enumerate(old + new):
+        assert f.select_phy_offsets(k, 10, 0, LONG_MAX) == [i], k
+    assert f.index_count == 13 and f.hash_slot_count == 2
+    f.close()
+
+
+def test_put_hashed_stops_when_full_and_says_where(tmp_path):
+    f = IndexFile(str(tmp_path / "idx"), 4, 5, REAL_FILE_OPS, create=True)
+    hashes = [index_key_hash(f"k{i}") for i in range(7)]
+    assert f.put_hashed(hashes, list(range(7)), [BASE_TS + i for i in range(7)], 1) == 5
+    assert f.is_full and f.end_phy_offset == 4
+    assert f.select_phy_offsets("k0", 5, 0, LONG_MAX) == []
+    assert f.select_phy_offsets("k4", 5, 0, LONG_MAX) == [4]
+    f.close()
