@@ -24,32 +24,35 @@ def _total_memory() -> int:
 
 class _SegmentReader:
     """Copies records out of CommitLog segments, holding one segment across consecutive reads
-    instead of looking it up and taking a reference per record."""
+    instead of looking it up and taking a reference per record. `base` and `readable` describe
+    the held segment, so that a caller can test whether a record lies in it without a call."""
 
     def __init__(self, queue):
         self.queue = queue
         self.mf = None
         self.buf = None
-        self.lo = self.hi = 0
+        self.base = 0              # global offset of the held segment's first byte
+        self.readable = 0          # its read position when last looked at; 0 when none held
 
-    def read(self, phys: int, size: int):
-        if not self.lo <= phys < self.hi:
+    def seek(self, phys: int, size: int) -> int:
+        """Hold the segment of `phys` (or look again at the read position of the one held);
+        the position of the record in `buf`, or -1 if it is not readable."""
+        mf = self.mf
+        if mf is None or not self.base <= phys < self.base + mf.file_size:
             self.close()
             mf = self.queue.find_mapped_file_by_offset(phys)
             if mf is None or self.queue.hold(mf) is None:
-                return None
-            self.mf, self.buf = mf, mf.buf
-            self.lo, self.hi = mf.file_from_offset, mf.file_from_offset + mf.file_size
-        pos = phys - self.lo
-        if pos + size > self.mf.read_position:
-            return None
-        return bytes(self.buf[pos:pos + size])
+                return -1
+            self.mf, self.buf, self.base = mf, mf.buf, mf.file_from_offset
+        self.readable = mf.read_position
+        pos = phys - self.base
+        return pos if pos + size <= self.readable else -1
 
     def close(self) -> None:
         if self.mf is not None:
             self.mf.release()
             self.mf = self.buf = None
-            self.lo = self.hi = 0
+            self.base = self.readable = 0
 
 
 class StoreReader:
@@ -86,48 +89,52 @@ class StoreReader:
         codes = subscription_codes(tag_filter)
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         buffers, offsets = result.buffers, result.queue_offsets
-        max_phy = self.commitlog.get_max_offset()
-        records = _SegmentReader(self.commitlog.queue)
-        total = 0
-        scanned = 0
+        near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
+        seg = _SegmentReader(self.commitlog.queue)
+        count = total = scanned = 0
         try:
             for phys, size, tags in ENTRY.iter_unpack(raw):
-                if buffers and self._batch_full(len(buffers), total, size, max_msgs, max_phy - phys):
-                    break
+                if count:                      # RocketMQ's batch limits, by where the record is
+                    if phys >= near:
+                        if count >= mem_count or total + size > mem_bytes:
+                            break
+                    elif count >= disk_count or total + size > disk_bytes:
+                        break
                 scanned += 1
                 if size == BLANK_SIZE or (codes is not None and tags not in codes):
                     continue
-                rec = records.read(phys, size)
-                if rec is None:
-                    if phys >= self.commitlog.get_min_offset():     # now, not as of the start
-                        # Still in the log but not readable here yet (a reader's view of the
-                        # log can trail the queue): stop, so that the next pull starts here.
-                        scanned -= 1
-                        break
-                    if not buffers:
-                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    continue
-                buffers.append(rec)
+                pos = phys - seg.base
+                if pos < 0 or pos + size > seg.readable:
+                    pos = seg.seek(phys, size)
+                    if pos < 0:
+                        if phys >= self.commitlog.get_min_offset():     # now, not as of the start
+                            # Still in the log but not readable here yet (a reader's view of
+                            # the log can trail the queue): stop, so the next pull starts here.
+                            scanned -= 1
+                            break
+                        if not count:
+                            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                        continue
+                buffers.append(bytes(seg.buf[pos:pos + size]))
                 offsets.append(offset + scanned - 1)
+                count += 1
                 total += size
         finally:
-            records.close()
-        if buffers:
+            seg.close()
+        if count:
             result.status = GetMessageStatus.FOUND
         result.next_begin_offset = offset + scanned
         return result
 
-    def _batch_full(self, count, total, size, max_msgs, distance) -> bool:
+    def _batch_limits(self, max_msgs) -> tuple:
+        """(near, count and bytes limits in memory, in disk): a record at or past `near` counts
+        as in memory (within the memory window of the CommitLog's end)."""
         cfg = self.config
-        if count >= max_msgs:
-            return True
-        if total + size > MAX_PULL_MSG_SIZE:
-            return True
-        if distance > self.memory_window:
-            return (total + size > cfg.max_transfer_bytes_on_message_in_disk
-                    or count >= cfg.max_transfer_count_on_message_in_disk)
-        return (total + size > cfg.max_transfer_bytes_on_message_in_memory
-                or count >= cfg.max_transfer_count_on_message_in_memory)
+        return (self.commitlog.get_max_offset() - self.memory_window,
+                min(max_msgs, cfg.max_transfer_count_on_message_in_memory),
+                min(MAX_PULL_MSG_SIZE, cfg.max_transfer_bytes_on_message_in_memory),
+                min(max_msgs, cfg.max_transfer_count_on_message_in_disk),
+                min(MAX_PULL_MSG_SIZE, cfg.max_transfer_bytes_on_message_in_disk))
 
     # -- lookups -------------------------------------------------------------------------
     def look_message_by_offset(self, phys: int, size: int | None = None):
@@ -135,9 +142,11 @@ class StoreReader:
         if rec is None:
             return None
         try:
-            return decode_message(rec)
+            msg = decode_message(rec)
+            msg.topic            # parse topic and properties now: a lookup finds no corrupt record
         except ValueError:
             return None
+        return msg
 
     def view_message_by_id(self, msg_id: str):
         try:
