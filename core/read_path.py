@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from core.codec import decode_message
+from core.decode import decode_message
 from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.message import decode_message_id
 from core.status import GetMessageResult, GetMessageStatus, QueryMessageResult

@@ -103,7 +103,7 @@ class GetMessageResult:
     @property
     def messages(self) -> list:
         if self._messages is None:
-            from core.codec import decode_message
+            from core.decode import decode_message
             self._messages = [decode_message(b) for b in self.buffers]
         return self._messages
 

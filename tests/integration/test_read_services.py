@@ -16,7 +16,7 @@ import time
 import pytest
 import zmq
 
-from core.codec import decode_message
+from core.decode import decode_message
 from core.commitlog import CommitLog
 from core.config import StoreConfig
 from core.consume_queue_store import ConsumeQueueStore

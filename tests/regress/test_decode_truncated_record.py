@@ -6,7 +6,8 @@ decoded with truncated properties (KEYS "k1 k2" came back as "k"), instead of ra
 """
 import pytest
 
-from core.codec import decode_message, encode_message
+from core.codec import encode_message
+from core.decode import decode_message
 from core.message import Message
 
 

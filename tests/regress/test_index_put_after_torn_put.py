@@ -2,8 +2,6 @@
 before the header's count, left the slot pointing at the entry just past the count. The put
 of the same record after the restart chained that entry to itself, and every older key of
 that slot became unfindable (fsck: index_missing after a SIGKILL of reput)."""
-import struct
-
 from core.fileops import FileOps
 from core.index_file import HEADER_SIZE, IndexFile
 

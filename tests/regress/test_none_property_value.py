@@ -3,7 +3,8 @@
 `properties_to_string` skips None values (as RocketMQ skips nulls), but the separator check
 in `prepare_record` counted every pair of the map, so the counts never matched.
 """
-from core.codec import decode_message, encode_message, prepare_record
+from core.codec import encode_message, prepare_record
+from core.decode import decode_message
 from core.message import Message
 from core.status import PutMessageStatus
 

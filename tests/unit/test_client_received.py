@@ -1,5 +1,5 @@
 """Messages as clients receive them (ipc.received): lazy views over "raw" pull frames must
-decode exactly what core.codec.decode_message decodes, and "fields" replies (built here with
+decode exactly what core.decode.decode_message decodes, and "fields" replies (built here with
 the reader's own services.read_meta.MetaEncoder) must give the same MessageExt."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core.codec import MAGIC_BLANK, MAGIC_V2, decode_message, encode_message
+from core.codec import MAGIC_BLANK, MAGIC_V2, encode_message
+from core.decode import decode_message
 from core.message import Message
 from ipc.received import ReceivedMessage, messages_from_reply, parse_host, split_records
 from services.read_meta import MetaEncoder

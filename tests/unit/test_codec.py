@@ -11,9 +11,10 @@ import zlib
 import pytest
 
 from core.codec import (
-    MAGIC_BLANK, MAGIC_V1, MAGIC_V2, DispatchRequest, RecordCheck, check_record, decode_message,
-    encode_message, prepare_record, record_size, store_timestamp_position, write_blank,
+    MAGIC_BLANK, MAGIC_V1, MAGIC_V2, DispatchRequest, RecordCheck, check_record, encode_message,
+    prepare_record, record_size, store_timestamp_position, write_blank,
 )
+from core.decode import decode_message
 from core.hashing import java_hash
 from core.message import (
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, Message, create_message_id, decode_message_id,

@@ -8,7 +8,8 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.codec import DispatchRequest, check_record, decode_message, encode_message, record_size
+from core.codec import DispatchRequest, check_record, encode_message, record_size
+from core.decode import decode_message
 from core.hashing import java_hash
 from core.message import (
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, Message, decode_message_id, properties_to_string,

@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from core.codec import BLANK_SIZE, MAGIC_BLANK, decode_message
+from core.codec import BLANK_SIZE, MAGIC_BLANK
+from core.decode import decode_message
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import REAL_FILE_OPS
 from core.message import (

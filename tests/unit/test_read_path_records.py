@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from core.codec import LazyMessageExt, encode_message
+from core.codec import encode_message
+from core.decode import LazyMessageExt
 from core.commitlog import CommitLog
 from core.config import StoreConfig
 from core.fileops import REAL_FILE_OPS

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from core.codec import MAGIC_BLANK, decode_message
+from core.codec import MAGIC_BLANK
+from core.decode import decode_message
 from core.message import Message
 from core.status import GetMessageStatus, PutMessageStatus
 
