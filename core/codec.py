@@ -184,16 +184,25 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         tags_code(tags), keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
 
 
-def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None):
+def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
+                  uniq_keys: list | None = None):
     """`prepare_record` for records that share every field of `msg` but the body (a batch sent
-    without per-message fields): the first is prepared in full, the others differ from it only
-    in body, CRC and size. Returns the list, or the PutMessageStatus that refuses one of them.
-    Sets `msg.body` to the first body."""
+    without per-message fields) and, with `uniq_keys`, the UNIQ_KEY property (record i gets
+    uniq_keys[i]; `msg.properties` must not hold one). The first record is prepared in full;
+    the others differ from it only in body, CRC, size and the UNIQ_KEY bytes of the tail.
+    Returns the list, or the PutMessageStatus that refuses one of them. Sets `msg.body` to the
+    first body (and `msg.properties` to include the first UNIQ_KEY)."""
     msg.body = bodies[0]
+    if uniq_keys is not None:
+        if len(uniq_keys) != len(bodies) or PROPERTY_UNIQ_KEY in (msg.properties or {}):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        msg.properties = {**(msg.properties or {}), PROPERTY_UNIQ_KEY: uniq_keys[0]}
     first = prepare_record(msg, max_message_size, store_host_bytes)
     if first.__class__ is PutMessageStatus:
         return first
     out = [first]
+    if uniq_keys is not None:
+        return _prepare_keyed(first, bodies, uniq_keys, max_message_size, out)
     fixed = first.size - len(first.body)
     limit = min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed)
     f = first
@@ -205,6 +214,37 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
             fixed + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
             f.born_timestamp, f.born_host, f.store_host, f.reconsume_times, f.prepared_offset, body,
             f.tail, f.topic, f.tags_code, f.keys, f.uniq_key))
+    return out
+
+
+def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message_size: int,
+                   out: list):
+    """The rest of `prepare_batch` with a UNIQ_KEY per record: the first record's tail is cut
+    around its UNIQ_KEY value, and each record's tail is the two pieces around its own key."""
+    topic_head = f.tail[:1 + f.tail[0]]                     # TOPICLENGTH TOPIC
+    props = f.tail[len(topic_head) + 2:]
+    label = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
+    at = (b"\x02" + props).index(label + f.uniq_key.encode("utf-8") + b"\x02") + len(label) - 1
+    before, after = props[:at], props[at + len(f.uniq_key.encode("utf-8")):]
+    fixed = f.size - len(f.body) - len(props)
+    room = max_message_size + TOTAL_SIZE_SLACK - fixed
+    pack_len = _I16.pack
+    for body, key in zip(bodies[1:], uniq_keys[1:]):
+        n = len(body)
+        if n > max_message_size or not isinstance(body, (bytes, bytearray, memoryview)) \
+                or key.__class__ is not str:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        key_b = key.encode("utf-8")
+        props_len = len(before) + len(key_b) + len(after)
+        if props_len > MAX_PROPERTIES_BYTES:
+            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        if "\x01" in key or "\x02" in key or n + props_len > room:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        out.append(PreparedRecord(
+            fixed + props_len + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag,
+            f.sys_flag, f.born_timestamp, f.born_host, f.store_host, f.reconsume_times,
+            f.prepared_offset, body, b"".join((topic_head, pack_len(props_len), before, key_b, after)),
+            f.topic, f.tags_code, f.keys, key))
     return out
 
 

@@ -12,6 +12,7 @@ import copy
 import errno
 import logging
 import time
+from operator import attrgetter
 
 from core.checkpoint import StoreCheckpoint
 from core.codec import prepare_batch
@@ -22,6 +23,7 @@ from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
+from core.message import PROPERTY_UNIQ_KEY
 from core.read_path import StoreReader
 from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
@@ -33,15 +35,37 @@ log = logging.getLogger(__name__)
 S = PutMessageStatus
 
 
-def _same_but_body(m, first) -> bool:
-    """Whether `m` differs from `first` in its body only (then the batch is encoded once)."""
-    return m is first or (
-        m.topic == first.topic and m.queue_id == first.queue_id and m.tags == first.tags
-        and m.keys == first.keys and m.flag == first.flag and m.properties == first.properties
-        and m.born_timestamp == first.born_timestamp and m.born_host == first.born_host
-        and m.store_host == first.store_host and m.sys_flag == first.sys_flag
-        and m.reconsume_times == first.reconsume_times
-        and m.prepared_transaction_offset == first.prepared_transaction_offset)
+# The fields a batch's messages must share to be encoded once (`prepare_batch`).
+_SHARED_FIELDS = attrgetter("topic", "queue_id", "tags", "keys", "flag", "born_timestamp",
+                            "born_host", "store_host", "sys_flag", "reconsume_times",
+                            "prepared_transaction_offset")
+
+
+def _batch_template(msgs):
+    """(template, UNIQ_KEYs or None) when the messages differ only in body and UNIQ_KEY, so
+    that the batch is encoded once (`prepare_batch`); None otherwise."""
+    first = msgs[0]
+    want = _SHARED_FIELDS(first)
+    props = first.properties or {}
+    if PROPERTY_UNIQ_KEY not in props:
+        for m in msgs:
+            if _SHARED_FIELDS(m) != want or m.properties != first.properties:
+                return None
+        return copy.copy(first), None
+    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY}
+    count = len(props)
+    keys = []
+    for m in msgs:
+        p = m.properties
+        if _SHARED_FIELDS(m) != want or not p or len(p) != count:
+            return None
+        key = p.get(PROPERTY_UNIQ_KEY)
+        if key.__class__ is not str or (shared and any(p.get(k) != v for k, v in shared.items())):
+            return None
+        keys.append(key)
+    template = copy.copy(first)
+    template.properties = shared
+    return template, keys
 
 
 class MessageStore:
@@ -207,9 +231,10 @@ class MessageStore:
         first = msgs[0]
         if sum(len(m.body) for m in msgs if isinstance(m.body, (bytes, bytearray))) > self.config.max_message_size:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
-        if all(_same_but_body(m, first) for m in msgs):
-            recs = prepare_batch(copy.copy(first), [m.body for m in msgs], self.config.max_message_size,
-                                 self.commitlog.store_host_bytes)
+        shared = _batch_template(msgs)
+        if shared is not None:
+            recs = prepare_batch(shared[0], [m.body for m in msgs], self.config.max_message_size,
+                                 self.commitlog.store_host_bytes, shared[1])
             if recs.__class__ is PutMessageStatus:
                 return PutMessageResult(recs)
             if recs[0].sys_flag & 0xC:

@@ -272,8 +272,6 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     keys = UNIQ_KEYS.next_keys(n)
     try:
         frame = b"".join(items)                       # the fast path: all bodies are bytes
-        metas = [{"properties": {UNIQ_KEY: k}} for k in keys]
-        sizes = [len(b) for b in items]
     except TypeError:
         bodies, metas = [], []
         for item, k in zip(items, keys):
@@ -285,9 +283,12 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
                 bodies.append(_as_body(item))
                 metas.append({"properties": {UNIQ_KEY: k}})
         keys = [m["properties"][UNIQ_KEY] for m in metas]
+        fields = {"topic": topic, "sizes": [len(b) for b in bodies], "messages": metas}
         frame = b"".join(bodies)
-        sizes = [len(b) for b in bodies]
-    fields = {"topic": topic, "sizes": sizes, "messages": metas}
+    else:
+        # Bodies only: one UNIQ_KEY list instead of a map per message (the store encodes the
+        # batch once and varies only the key).
+        fields = {"topic": topic, "sizes": [len(b) for b in items], "uniq_keys": keys}
     if queue_id is not None:
         fields["queue_id"] = queue_id
     if not wait:

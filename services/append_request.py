@@ -25,7 +25,8 @@ _HOSTS: dict = {}
 @dataclass(slots=True)
 class PutRequest:
     """`messages`, one per record; or, for a batch without per-message fields, one template
-    message in `messages` and the records' bodies in `bodies` (for `core.codec.prepare_batch`)."""
+    message in `messages`, the records' bodies in `bodies` and maybe their UNIQ_KEYs in
+    `uniq_keys` (for `core.codec.prepare_batch`)."""
     topic: str
     queue_id: int | None          # None: the appender picks one round robin
     messages: list
@@ -33,6 +34,7 @@ class PutRequest:
     body_bytes: int
     count: int
     bodies: list | None = None
+    uniq_keys: list | None = None
 
 
 def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
@@ -71,10 +73,20 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
     host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
     per = field(env, "messages", list, None)
     wait = field(env, "wait", bool, True)
+    uniq_keys = field(env, "uniq_keys", list, None)
     if per is None:
+        if uniq_keys is not None and (len(uniq_keys) != len(sizes)
+                                      or set(map(type, uniq_keys)) != {str}):
+            raise ProtocolError(ErrorCode.BAD_FIELD,
+                                f"field 'uniq_keys' must be a list of {len(sizes)} strings, one per body")
         bodies = [data[start:end] for start, end in zip([0, *ends], ends)]
         template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
-        return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies)
+        return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies,
+                          uniq_keys)
+    if uniq_keys is not None:
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            "field 'uniq_keys' goes with bodies only; with 'messages' each "
+                            "message carries its own UNIQ_KEY property")
     if len(per) != len(sizes):
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             f"field 'messages' has {len(per)} entries but 'sizes' has {len(sizes)}")

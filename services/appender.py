@@ -317,7 +317,7 @@ class Appender(ServiceLoop):
             return PutMessageStatus.MESSAGE_ILLEGAL          # a batch is one unit of at most this
         if req.bodies is not None:
             msgs[0].queue_id = qid
-            return prepare_batch(msgs[0], req.bodies, max_size, host)
+            return prepare_batch(msgs[0], req.bodies, max_size, host, req.uniq_keys)
         recs = []
         for m in msgs:
             m.queue_id = qid

@@ -41,3 +41,31 @@ def test_refuses_what_prepare_record_refuses():
     big = template(properties={"p": "v" * 40000})
     assert prepare_batch(big, [b"a", b"b"], 4096) is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     assert prepare_batch(template(), [b"x" * 4096], 4096)[0].size > 4096
+
+
+@pytest.mark.parametrize("props", [{}, {"a": "b"}, {"a": "b", "é": "ü"}])
+@pytest.mark.parametrize("tags,keys", [(None, None), ("TagA", "k1 k2")])
+def test_uniq_keys_give_the_records_prepare_record_gives(props, tags, keys):
+    """With a UNIQ_KEY per record (the producer's batches), each record is the one
+    prepare_record makes of the message with that key added to its properties."""
+    bodies = [b"one", b"", b"three" * 50, memoryview(b"0123456789")[2:8]]
+    uniq = ["7F0000010E5A18B4AAC26B5C8A3E0001", "", "short", "ключ"]
+    got = prepare_batch(template(properties=dict(props), tags=tags, keys=keys), bodies, 4096,
+                        STORE_HOST, uniq)
+    assert len(got) == len(bodies)
+    for rec, body, key in zip(got, bodies, uniq):
+        want = prepare_record(template(properties={**props, "UNIQ_KEY": key}, tags=tags, keys=keys,
+                                       body=body), 4096, STORE_HOST)
+        assert fields_of(rec) == fields_of(want)
+
+
+def test_uniq_keys_refused_as_prepare_record_refuses():
+    def batch(keys, bodies=(b"a", b"b"), **fields):
+        return prepare_batch(template(**fields), list(bodies), 4096, STORE_HOST, keys)
+    assert batch(["k", "bad\x01key"]) is PutMessageStatus.MESSAGE_ILLEGAL
+    assert batch(["k", "bad\x02"]) is PutMessageStatus.MESSAGE_ILLEGAL
+    assert batch(["k", 5]) is PutMessageStatus.MESSAGE_ILLEGAL
+    assert batch(["k"]) is PutMessageStatus.MESSAGE_ILLEGAL                 # one key short
+    assert batch(["k", "v" * 40000]) is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    assert batch(["k", "k2"], properties={"UNIQ_KEY": "x"}) is PutMessageStatus.MESSAGE_ILLEGAL
+    assert batch(["k", "k2"], bodies=(b"a", b"x" * 4097)) is PutMessageStatus.MESSAGE_ILLEGAL

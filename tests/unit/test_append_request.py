@@ -85,6 +85,11 @@ def test_batch_without_per_message_fields_uses_a_template():
     assert len(req.messages) == 1 and req.messages[0].born_host == HOST
 
 
+def test_batch_with_uniq_keys():
+    req = batch({"topic": "T", "sizes": [2, 3], "uniq_keys": ["K1", "K2"]}, b"aabbb")
+    assert req.uniq_keys == ["K1", "K2"] and [bytes(b) for b in req.bodies] == [b"aa", b"bbb"]
+
+
 def test_batch_with_per_message_fields():
     req = batch({"topic": "T", "queue_id": 1, "sizes": [2, 3],
                  "messages": [{"tags": "A", "keys": "k"}, None], "wait": False})
@@ -105,6 +110,10 @@ def test_batch_with_per_message_fields():
     ({"topic": "T", "sizes": [1], "messages": [5]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "messages": [{"flag": "x"}]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "bad/topic", "sizes": [1]}, b"a", ErrorCode.BAD_TOPIC),
+    ({"topic": "T", "sizes": [1, 1], "uniq_keys": ["k"]}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "uniq_keys": [7]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "uniq_keys": "k"}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "uniq_keys": ["k"], "messages": [{}]}, b"a", ErrorCode.BAD_FIELD),
 ])
 def test_batch_errors(env, data, code):
     assert code_of(batch, env, data) == code

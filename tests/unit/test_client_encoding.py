@@ -61,7 +61,7 @@ def test_batch_fast_path():
     fields, frames, keys = encode_batch("orders", bodies, queue_id=2)
     assert frames == [b"acccdd"]
     assert fields["sizes"] == [1, 0, 3, 2] and fields["queue_id"] == 2 and "wait" not in fields
-    assert fields["messages"] == [{"properties": {UNIQ_KEY: k}} for k in keys]
+    assert fields["uniq_keys"] == keys and "messages" not in fields
     assert len(set(keys)) == 4
 
 
