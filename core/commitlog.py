@@ -6,6 +6,7 @@ unit), reads by physical offset, and the written/committed/flushed/confirm posit
 """
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 
@@ -19,6 +20,7 @@ from core.message import (
     SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
     host_to_bytes,
 )
+from core.prefault import PrefaultAhead
 from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
 from core.transient_pool import TransientStorePool
 
@@ -43,6 +45,7 @@ class CommitLog:
         self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
         self.max_message_size = config.max_message_size
         self._writing = None              # the segment being appended to, held mapped
+        self._prefault: PrefaultAhead | None = None     # started with the first append
 
     # -- append --------------------------------------------------------------------------
     def prepare(self, msg):
@@ -71,6 +74,8 @@ class CommitLog:
                 mf.store_timestamp = store_ts
                 if counted:
                     table[key] = qoff + 1
+                if self._prefault is not None:
+                    self._prefault.wrote(mf, mf.wrote_position)
             finally:
                 self.begin_time_in_lock = 0
         return AppendMessageResult(AppendMessageStatus.PUT_OK, base + pos, size, store_ts,
@@ -126,6 +131,8 @@ class CommitLog:
         mf.store_timestamp = store_ts
         if counted:
             table[key] = q
+        if self._prefault is not None:
+            self._prefault.wrote(mf, pos)
         return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_ts, qoff,
                                    len(recs), self.store_host_bytes, tuple(r.size for r in recs))
 
@@ -142,9 +149,12 @@ class CommitLog:
             return None
         if mf.write_buffer is None and self.pool is not None and mf.wrote_position == 0:
             mf.write_buffer = self.pool.borrow()
-        if self.queue.hold(mf) is None:
+        buf = self.queue.hold(mf)
+        if buf is None:
             return None
         self._writing = mf
+        if self._prefault is None and isinstance(buf, mmap.mmap):
+            self._prefault = PrefaultAhead(self.queue)
         return mf
 
     def reset_writer(self) -> None:
@@ -221,6 +231,9 @@ class CommitLog:
         return read_i64(rec, PHYS_OFFSET_POS)
 
     def shutdown(self) -> None:
+        if self._prefault is not None:
+            self._prefault.close()
+            self._prefault = None
         self.reset_writer()
         self.queue.shutdown()
 

@@ -1,0 +1,57 @@
+"""`core.prefault.PrefaultAhead`: keeps the segment being written prefaulted ahead of the
+write position, from its own thread, without changing a byte; and the CommitLog starts it for
+real mappings only."""
+from __future__ import annotations
+
+import time
+
+from core.commitlog import CommitLog
+from core.decode import decode_message
+from core.fileops import PAGE_SIZE, REAL_FILE_OPS
+from core.mapped_file_queue import MappedFileQueue
+from core.message import Message
+from core.prefault import PrefaultAhead
+
+SEGMENT = 4 << 20
+
+
+def _wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_keeps_the_range_ahead_prefaulted_and_leaves_the_bytes_alone(tmp_path):
+    queue = MappedFileQueue(str(tmp_path / "log"), SEGMENT, REAL_FILE_OPS)
+    mf = queue.get_last_mapped_file(0, create=True)
+    buf = queue.hold(mf)
+    pattern = bytes(range(256)) * 64
+    for off in range(0, SEGMENT, len(pattern) * 3):
+        buf[off:off + len(pattern)] = pattern
+    before = bytes(buf)
+    pf = PrefaultAhead(queue, ahead=1 << 20)
+    try:
+        pf.wrote(mf, 5000)
+        _wait_for(lambda: pf._done_upto >= 1 << 20)
+        assert pf._supported and pf._done_upto % PAGE_SIZE == 0
+        pf.wrote(mf, 3 << 20)                             # far past: fills up to the end
+        _wait_for(lambda: pf._done_upto == SEGMENT)
+        assert bytes(buf) == before
+    finally:
+        pf.close()
+        mf.release()
+        queue.shutdown()
+    assert not pf._thread.is_alive()
+
+
+def test_commitlog_prefaults_real_segments_and_appends_stay_intact(tiny_config):
+    log = CommitLog(tiny_config(), REAL_FILE_OPS)
+    log.queue.load()
+    results = [log.append(log.prepare(Message("T", b"%03d" % i * 100, queue_id=0)))
+               for i in range(200)]
+    assert log._prefault is not None
+    for i, r in enumerate(results):
+        assert decode_message(log.read(r.wrote_offset, r.wrote_bytes)).body == b"%03d" % i * 100
+    log.shutdown()
+    assert log._prefault is None
