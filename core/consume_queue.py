@@ -103,10 +103,20 @@ class ConsumeQueue:
         return True
 
     def put_entries(self, first: int, entries: bytes, max_physic_offset: int) -> None:
-        """Write the packed entries `entries` as entries first, first + 1, ... When they simply
-        extend the queue inside its last segment this is one copy; otherwise each goes through
-        `put_message_position_info` (repeats, gaps, a segment roll)."""
+        """Write the packed entries `entries` as entries first, first + 1, ... Entries already
+        there and identical are skipped with one comparison; entries that simply extend the
+        queue inside its last segment are one copy; anything else goes entry by entry through
+        `put_message_position_info` (a conflict, a gap, a segment roll)."""
         expect = first * UNIT_SIZE
+        max_bytes = self.queue.get_max_offset()
+        if self.min_logic_offset <= expect < max_bytes:
+            # A repeated dispatch (recovery from an older point): skip the leading entries
+            # that are there already, identical, in one comparison.
+            same = min(len(entries), max_bytes - expect)
+            if self.queue.read(expect, same) == entries[:same]:
+                if same == len(entries):
+                    return
+                first, entries, expect = first + same // UNIT_SIZE, entries[same:], expect + same
         mf = self.queue.get_last_mapped_file()
         if mf is not None and expect > 0 and mf.file_from_offset + mf.wrote_position == expect \
                 and mf.wrote_position + len(entries) <= mf.file_size \

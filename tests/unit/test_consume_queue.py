@@ -294,7 +294,8 @@ def test_build_repeatedly_through_a_store(tiny_config, open_store):
 @pytest.mark.parametrize("first,count", [(0, 7), (3, 120), (48, 5), (0, 50)])
 def test_put_entries_equals_entry_by_entry(make_cq, tmp_path, first, count):
     """Consecutive packed entries: one copy inside a segment, entry by entry across a roll,
-    at a late start or over entries already there; the result is the same bytes."""
+    at a late start, partly or wholly over identical entries already there; the result is the
+    same bytes."""
     def entries(lo, hi):
         return b"".join(ENTRY.pack(i * 100, 100, i) for i in range(lo, hi))
     one = ConsumeQueue("A", 0, str(tmp_path / "one"), FILE, REAL_FILE_OPS)
@@ -305,7 +306,7 @@ def test_put_entries_equals_entry_by_entry(make_cq, tmp_path, first, count):
         one.put_message_position_info(i * 100, 100, i, i)
     half = first + count // 2
     many.put_entries(first, entries(first, half), half * 100)
-    many.put_entries(half, entries(half, first + count), (first + count) * 100)
+    many.put_entries(first, entries(first, first + count), (first + count) * 100)   # overlaps
     many.put_entries(first, entries(first, first + count), (first + count) * 100)   # again
     for cq in (one, many):
         assert (cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()) == (first, first + count)
