@@ -9,7 +9,9 @@ Owns the byte layout of RocketMQ's IndexFile, big-endian:
                        previous entry number in the same slot 4 (0 = end of chain); entry 0 unused
 
 The mapped buffer is the only copy of the header: every put rewrites it in place, so a reader
-in another process mapping the same file sees the header as of the last put. `flush` makes
+in another process mapping the same file sees the header as of the last put (a batch of
+keys, `put_hashed`, writes it once at its end; entries and slots go first, and a slot that
+points past the header's count is followed back through its entries' links). `flush` makes
 the whole file durable. Only key hashes are stored: a lookup can return the offset of a
 different key with the same Java hash, and callers re-check the key on the record they read.
 
