@@ -113,7 +113,40 @@ def _topic_head(topic: str) -> bytes:
 
 
 def _properties_string(msg) -> tuple[str, int, str | None, str]:
-    """(property string, number of pairs written, TAGS, KEYS) of a message."""
+    """(property string, number of pairs written, TAGS, KEYS) of a message.
+
+    The common message (string properties without TAGS or KEYS among them) is joined in C;
+    anything else goes through `_properties_string_general`, which gives the same string."""
+    props = msg.properties
+    if not props:
+        return _properties_string_general(msg)
+    tags = msg.tags
+    keys = msg.keys
+    if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
+            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props or "  " in keys
+                          or keys[0] == " " or keys[-1] == " ")):
+        return _properties_string_general(msg)
+    try:
+        s = "\x02".join(map("\x01".join, props.items())) + "\x02"
+    except TypeError:                       # a value that is not a str (or None): format it
+        return _properties_string_general(msg)
+    n = len(props)
+    if tags:
+        s += "TAGS\x01" + tags + "\x02"
+        n += 1
+    else:
+        tags = props.get(PROPERTY_TAGS)
+    if keys:
+        s += "KEYS\x01" + keys + "\x02"
+        n += 1
+    else:
+        keys = props.get(PROPERTY_KEYS) or ""
+    return s, n, tags, keys
+
+
+def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
+    """`_properties_string` for any message: KEYS normalized (a list joined, empty tokens
+    dropped), TAGS and KEYS set over the properties of those names, None values left out."""
     tags = msg.tags
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):
