@@ -53,7 +53,6 @@ BG_QUIET_S = 0.005              # the I/O thread stays off the sockets this long
 RECONNECT_INTERVAL_S = 1.0
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-_RCVMORE = int(zmq.RCVMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 
@@ -76,6 +75,8 @@ class Connection:
         self._sock_lock = threading.Lock()
         self._cv = threading.Condition()
         self._pending: dict = {}
+        self._busy: dict = {}                   # socket name -> requests in flight on it
+        self._fds: dict = {}                    # socket name -> its ZMQ_FD
         self._rids = itertools.count(1)
         self._socks: dict = {}
         self._fdpoll = None
@@ -107,10 +108,13 @@ class Connection:
         return len(self._pending)
 
     def request(self, name: str, op: str, fields: dict | None = None, frames=(),
-                timeout: float | None = None, transform=None) -> ReplyFuture:
+                timeout: float | None = None, transform=None, future=None) -> ReplyFuture:
         """Send `{op, rid, **fields}` plus raw `frames` to socket `name` ("front", "appender",
         "reader"); the future resolves to `transform(env, frames)` (default: the pair itself).
-        Error replies are passed to `transform` like any other reply."""
+        Error replies are passed to `transform` like any other reply. `future`: any object
+        with `set_result(value)` and `set_exception(exc)` to complete instead of a new
+        ReplyFuture (a caller with many requests in flight that only wants a callback, such as
+        the Consumer's pipelined pulls); it is returned as given."""
         if self._closed:
             raise ConnectionClosed("connection closed")
         user = threading.get_ident() != self._bg_ident
@@ -120,7 +124,7 @@ class Connection:
         if len(self._pending) >= self.window and user:
             if not self.wait(self._has_room, timeout):
                 raise TimeoutError(f"{op}: {self.window} requests still in flight after {timeout}s")
-        fut = ReplyFuture(self)
+        fut = ReplyFuture(self) if future is None else future
         now = time.monotonic()
         deadline = now + timeout
         if user:
@@ -134,6 +138,7 @@ class Connection:
             if fields:
                 env.update(fields)
             self._pending[rid] = (fut, deadline, name, transform, op)
+            self._busy[name] = self._busy.get(name, 0) + 1
             if deadline < self._next_expiry:
                 self._next_expiry = deadline
             try:
@@ -146,6 +151,7 @@ class Connection:
                     sock.send(pack(env), _NOBLOCK)
             except zmq.Again:
                 del self._pending[rid]
+                self._busy[name] -= 1
                 raise ConnectionError(f"{op}: send queue to {self.endpoints.get(name, name)} is full") from None
             done = self._drain_locked((sock,))    # only this socket's ZMQ_FD edge can be gone
         if done:
@@ -209,9 +215,10 @@ class Connection:
                     self._cv.notify_all()
 
     def _lead(self, predicate, deadline, is_bg: bool) -> None:
+        signaled = ()
         while True:
             with self._sock_lock:
-                done = self._drain_locked()
+                done = self._drain_locked(self._to_drain(signaled))
             if done:
                 self._complete(done)
             if predicate() or self._closed or (is_bg and self._users_active()):
@@ -227,28 +234,41 @@ class Connection:
                 ready = fdpoll.poll(sleep * 1000.0)
             except (OSError, RuntimeError):
                 ready = ()
-            for fd, _ in ready:
-                if fd == self._wake_r:
-                    self._drain_wake()
+            signaled = [fd for fd, _ in ready]
+            if self._wake_r in signaled:
+                self._drain_wake()
+
+    def _to_drain(self, signaled) -> list:
+        """The sockets a leader reads (the caller holds _sock_lock): those with requests in
+        flight, and those whose ZMQ_FD the last poll reported. A socket with nothing in flight
+        can only hold late replies, which are dropped anyway; reading it when its descriptor
+        fires keeps the descriptor from staying readable. (EVENTS costs a few microseconds per
+        socket: a consumer's pulls should not pay it for the front door and the appender.)"""
+        busy, fds = self._busy, self._fds
+        return [sock for name, sock in self._socks.items() if busy.get(name) or fds.get(name) in signaled]
 
     def _drain_locked(self, socks=None) -> list:
         """Read every waiting reply of `socks` (default all; the caller holds _sock_lock) and
         expire overdue requests."""
         done = []
-        pending = self._pending
-        for sock in socks or self._socks.values():
+        pending, busy = self._pending, self._busy
+        for sock in self._socks.values() if socks is None else socks:
             while sock.get(_EVENTS) & _POLLIN:
-                head = sock.recv(_NOBLOCK)
+                head = sock.recv(_NOBLOCK, copy=False)    # Frame.more: no RCVMORE option call
                 extra = []
-                while sock.get(_RCVMORE):           # raw frames: zero-copy memoryviews
-                    extra.append(sock.recv(_NOBLOCK, copy=False).buffer)
+                more = head.more
+                while more:                         # raw frames: zero-copy memoryviews
+                    frame = sock.recv(_NOBLOCK, copy=False)
+                    extra.append(frame.buffer)
+                    more = frame.more
                 try:
-                    env = unpack(head)
+                    env = unpack(head.buffer)
                     entry = pending.pop(env["rid"], None)
                 except Exception:
                     log.warning("dropped a reply that is not a protocol envelope")
                     continue
                 if entry is not None:                # None: a reply after its timeout
+                    busy[entry[2]] -= 1
                     done.append((entry, env, extra))
         if self._next_expiry <= time.monotonic():
             self._expire_locked(done)
@@ -260,6 +280,7 @@ class Connection:
         for rid, entry in list(self._pending.items()):
             if entry[1] <= now:
                 del self._pending[rid]
+                self._busy[entry[2]] -= 1
                 self._suspect = True
                 done.append((entry, None, TimeoutError(
                     f"{entry[4]}: no reply from {entry[2]} ({self.endpoints.get(entry[2], '?')}) in time")))
@@ -330,10 +351,12 @@ class Connection:
                 for rid, entry in list(self._pending.items()):
                     if entry[2] == name:
                         del self._pending[rid]
+                        self._busy[name] -= 1
                         failed.append((entry, None, ConnectionClosed(
                             f"{entry[4]}: {name} moved from {self.endpoints.get(name)} to {endpoint}")))
                 old.close(0)
             self._socks[name] = sock
+            self._fds[name] = sock.getsockopt(zmq.FD)
             self.endpoints[name] = endpoint
             fdpoll = select.poll()
             fdpoll.register(self._wake_r, select.POLLIN)
@@ -395,6 +418,7 @@ class Connection:
             failed = [(entry, None, ConnectionClosed(f"{entry[4]}: connection closed"))
                       for entry in self._pending.values()]
             self._pending.clear()
+            self._busy.clear()
             for sock in self._socks.values():
                 sock.close(0)
             self._socks.clear()

@@ -22,7 +22,7 @@ from core.message import decode_message_id
 from core.status import GetMessageResult, GetMessageStatus
 from core.topics import topic_name_problem
 from ipc.control_block import Word
-from ipc.protocol import OK, ErrorCode, ProtocolError, field, reply
+from ipc.protocol import OK, ErrorCode, ProtocolError, field, pack, reply
 from services.read_longpoll import PullRequest
 from services.read_meta import MetaEncoder
 from services.read_pull import BatchStoreReader
@@ -46,7 +46,33 @@ def _queue_id(env: dict, default=...) -> int:
     return field(env, "queue_id", int, default, minimum=0, maximum=INT32_MAX)
 
 
+_valid_names: set = set()         # group and topic names that passed topic_name_problem
+_VALID_NAMES_LIMIT = 65536
+
+
 def parse_pull(env: dict) -> PullRequest:
+    """The validated pull. The common request (names seen before, every field of the right
+    type and in range) is checked inline; anything else goes through `_parse_pull_fields`,
+    which names the field in its error."""
+    group, topic = env.get("group"), env.get("topic")
+    queue_id, offset = env.get("queue_id"), env.get("offset")
+    max_msgs, poll_ms = env.get("max_msgs", 32), env.get("poll_ms", 0)
+    fmt, tag_filter = env.get("format", "fields"), env.get("tag_filter")
+    if (type(group) is str and group in _valid_names and type(topic) is str and topic in _valid_names
+            and type(queue_id) is int and 0 <= queue_id <= INT32_MAX
+            and type(offset) is int and 0 <= offset <= INT64_MAX
+            and type(max_msgs) is int and 1 <= max_msgs <= MAX_PULL_MSGS
+            and type(poll_ms) is int and 0 <= poll_ms <= MAX_POLL_MS
+            and (fmt == "raw" or fmt == "fields") and (tag_filter is None or type(tag_filter) is str)):
+        return PullRequest(group, topic, queue_id, offset, max_msgs, tag_filter, poll_ms, fmt == "raw")
+    req = _parse_pull_fields(env)
+    if len(_valid_names) >= _VALID_NAMES_LIMIT:
+        _valid_names.clear()
+    _valid_names.update((req.group, req.topic))
+    return req
+
+
+def _parse_pull_fields(env: dict) -> PullRequest:
     fmt = field(env, "format", str, "fields")
     if fmt not in ("fields", "raw"):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'format' must be 'fields' or 'raw', got {fmt!r}")
@@ -123,18 +149,18 @@ class ReadOps:
             dispatched = self.cb.get(Word.DISPATCHED)
             if dispatched != cq.checked_dispatched:
                 cq.refresh_max(dispatched)
-        return self.store_reader.get_message(req.group, req.topic, req.queue_id, offset,
-                                             req.max_msgs, req.tag_filter)
+        return self.store_reader.pull(cq, offset, req.max_msgs, req.tag_filter, views=req.raw)
 
     def pull_reply(self, rid: int, req: PullRequest, result) -> list:
-        fields = {"next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
-                  "max_offset": result.max_offset, "count": result.message_count}
+        env = {"rid": rid, "status": result.status.value,
+               "next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
+               "max_offset": result.max_offset, "count": result.message_count}
         chunks = getattr(result, "chunks", None)
         if req.raw:
             frame = result.raw() if chunks else b""
         else:
-            fields["messages"], frame = self.encoder.encode(chunks or ())
-        return reply(rid, result.status.value, fields, [frame])
+            env["messages"], frame = self.encoder.encode(chunks or ())
+        return [pack(env), frame]
 
     def op_pull(self, env, frames, peer):
         req = parse_pull(env)

@@ -1,22 +1,40 @@
 """Pulls in the reader process: `BatchStoreReader` is `core.read_path.StoreReader` (the same
 statuses, tag filter and RocketMQ batch limits, over the read-only views) with a collect step
 that does not copy records one by one. It walks the consume-queue entries once, applying
-the tag filter and `StoreReader._batch_full`'s limits, and notes runs of chosen records that
-lie back to back in the CommitLog (a queue's records usually do); each run is then copied out
-of the mapping with one slice. A pull of 100 messages thus costs a handful of copies, and the
-"raw" format sends those copies as they are.
+the tag filter and RocketMQ's batch limits (count and bytes, in memory and on disk), and notes
+runs of chosen records that lie back to back in the CommitLog (a queue's records usually do);
+each run is then copied out of the mapping with one slice. A pull of 100 messages thus costs a
+handful of copies, and the "raw" format sends those copies as they are.
+
+The common pull (no tag filter, records in memory, back to back, readable, within the byte
+limit) takes a fast path with no loop over messages in Python: it reads only the entries the
+count limit allows, unpacks them with one struct call, checks the conditions above and finds
+the runs on the unpacked tuples with C-level iteration, then copies the runs. When any
+condition fails it falls back to the general walk, which answers identically.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
+from itertools import chain, compress, count
+from operator import add, ne
 
-from core.codec import decode_message, read_i32
-from core.consume_queue import BLANK_SIZE, ENTRY
+from core.codec import read_i32
+from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
+from core.decode import decode_message
 from core.read_path import MAX_PULL_MSG_SIZE, StoreReader
 from core.status import GetMessageResult, GetMessageStatus
 from core.subscription import subscription_codes
 
 S = GetMessageStatus
+_ENTRIES: dict[int, struct.Struct] = {}       # k -> the struct of k consume-queue entries
+
+
+def _entries_struct(k: int) -> struct.Struct:
+    st = _ENTRIES.get(k)
+    if st is None:
+        st = _ENTRIES[k] = struct.Struct(">" + "qiq" * k)
+    return st
 
 
 @dataclass(slots=True)
@@ -55,24 +73,83 @@ def iter_records(chunks):
 class BatchStoreReader(StoreReader):
     """StoreReader whose pulls return a `PullBatch`; everything else is inherited."""
 
-    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> PullBatch:
+    def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None):
+        cq = self.cq_store.find(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(S.NO_MATCHED_LOGIC_QUEUE, 0)
+        return self.pull(cq, offset, max_msgs, tag_filter)
+
+    def pull(self, cq, offset: int, max_msgs: int, tag_filter=None, views: bool = False) -> GetMessageResult:
+        """`get_message` on a consume queue the caller already found. With `views`, the chunks
+        of the fast path are memoryviews of the mapped segments instead of copies: for a reply
+        that is sent (and copied by ZeroMQ) at once and then dropped, never kept."""
+        lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        if hi == 0:
+            return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(S.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        max_msgs = max(1, max_msgs)
+        if subscription_codes(tag_filter) is None:
+            found = self._plain_pull(cq, offset, max_msgs, lo, hi, views)
+            if found is not None:
+                return found
+        scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
+        raw = cq.get_entries(offset, scan_units)
+        if raw is None:
+            return GetMessageResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        return self._collect(raw, offset, max_msgs, tag_filter, lo, hi)
+
+    def _plain_pull(self, cq, offset, max_msgs, lo, hi, views=False) -> PullBatch | None:
+        """The fast path of the module docstring: the answer when the next `k` entries (k =
+        the in-memory count limit, or fewer at the end of the queue's segment) are all whole,
+        readable records in memory that fit the byte limit; None otherwise. Runs of back to
+        back records are found with C-level iteration (`map`, `compress`)."""
         cfg = self.config
+        raw = cq.get_entries(offset, min(max_msgs, cfg.max_transfer_count_on_message_in_memory))
+        if not raw:
+            return None
+        k = len(raw) // UNIT_SIZE
+        values = _entries_struct(k).unpack(raw)
+        phys, sizes = values[0::3], values[1::3]
+        ends = list(map(add, phys, sizes))
+        commitlog = self.commitlog
+        end = commitlog.get_max_offset()
+        low = min(phys)
+        if (min(sizes) <= 0 or BLANK_SIZE in sizes or max(ends) > end
+                or sum(sizes) > min(MAX_PULL_MSG_SIZE, cfg.max_transfer_bytes_on_message_in_memory)
+                or low < end - self.memory_window or low < commitlog.get_min_offset()):
+            return None
+        seg = commitlog.file_size
+        runs = []
+        a = 0
+        for b in chain(compress(count(1), map(ne, phys[1:], ends)), (k,)):
+            start, stop = phys[a], ends[b - 1]
+            if start % seg + stop - start > seg:
+                return None                          # a record across a segment end
+            runs.append((start, stop, b - a))
+            a = b
+        chunks, lost = _copy_runs(commitlog.queue, runs, views)
+        if lost:
+            return None
+        return PullBatch(S.FOUND, offset + k, lo, hi, chunks=chunks, count=k)
+
+    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> PullBatch:
         codes = subscription_codes(tag_filter)
         commitlog = self.commitlog
         end = commitlog.get_max_offset()
         min_phy = commitlog.get_min_offset()
         seg = commitlog.file_size
-        near = end - self.memory_window          # records at or past this are "in memory"
-        mem_count = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
-        mem_bytes = min(MAX_PULL_MSG_SIZE, cfg.max_transfer_bytes_on_message_in_memory)
-        disk_count = min(max_msgs, cfg.max_transfer_count_on_message_in_disk)
-        disk_bytes = min(MAX_PULL_MSG_SIZE, cfg.max_transfer_bytes_on_message_in_disk)
+        near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
         runs = []
         run_start = run_stop = -1
         run_n = count = total = scanned = 0
         removing = False
         for phys, size, tags in ENTRY.iter_unpack(raw):
-            if count:                                # StoreReader._batch_full, inlined
+            if count:                                # the batch limits, inlined
                 if phys >= near:
                     if count >= mem_count or total + size > mem_bytes:
                         break
@@ -106,9 +183,11 @@ class BatchStoreReader(StoreReader):
         return PullBatch(status, offset + scanned, lo, hi, chunks=chunks, count=count)
 
 
-def _copy_runs(queue, runs) -> tuple[list, int]:
+def _copy_runs(queue, runs, views: bool = False) -> tuple[list, int]:
     """Copy each (start, stop, records) run out of the segments, holding each segment once;
-    return the copies and how many records could not be read."""
+    return the copies and how many records could not be read. With `views`, memoryviews of
+    the mapping instead of copies (a segment unmapped meanwhile stays mapped until they are
+    released: core.fileops.Mapping.close)."""
     chunks, lost = [], 0
     mf = buf = None
     base = end = 0
@@ -127,7 +206,7 @@ def _copy_runs(queue, runs) -> tuple[list, int]:
             if stop > end:
                 lost += n
                 continue
-            chunks.append(buf[start - base:stop - base])
+            chunks.append(memoryview(buf)[start - base:stop - base] if views else buf[start - base:stop - base])
     finally:
         if mf is not None:
             mf.release()

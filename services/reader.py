@@ -39,6 +39,7 @@ from services.read_ops import ReadOps, wait_cursor
 
 log = logging.getLogger("reader")
 MAX_REQUESTS_PER_WAKEUP = 512
+_SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 SWEEP_S = 0.05
 BIND_RETRY_S = 10.0
 
@@ -134,20 +135,34 @@ class Reader(ServiceLoop):
                 log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
     def _serve(self) -> None:
-        router, handlers = self.router, self.handlers
+        """Answer every request waiting on the router (at most MAX_REQUESTS_PER_WAKEUP): a
+        pipelining client keeps several there, so one wakeup serves a batch."""
+        router, handlers, send = self.router, self.handlers, self._send
         for _ in range(MAX_REQUESTS_PER_WAKEUP):
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
+                first = router.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            peer = frames[0]
-            out = handlers.handle(frames[1:], peer, log)
+            frames = []                      # Frame.more, not a RCVMORE option call per frame
+            more = first.more
+            while more:
+                frame = router.recv(zmq.NOBLOCK, copy=False)
+                frames.append(frame.bytes)
+                more = frame.more
+            peer = first.bytes
+            out = handlers.handle(frames, peer, log)
             if out is not None:
-                self._send(peer, out)
+                send(peer, out)
 
     def _send(self, peer: bytes, frames: list) -> None:
+        """Send a reply, every frame copied by ZeroMQ during the call: a raw pull's frame may
+        be a view of a mapped segment (services.read_pull), which must not be kept."""
+        router = self.router
         try:
-            self.router.send_multipart([peer, *frames], zmq.NOBLOCK, copy=False)
+            router.send(peer, _SNDMORE_NOBLOCK)
+            for frame in frames[:-1]:
+                router.send(frame, _SNDMORE_NOBLOCK)
+            router.send(frames[-1], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             if e.errno not in (errno.EHOSTUNREACH, errno.EAGAIN):
                 raise

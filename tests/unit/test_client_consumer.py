@@ -28,6 +28,7 @@ class Reader:
         self.committed = dict(committed or {})
         self.bounds = bounds or {q: (0, 100) for q in range(queues)}
         self.answers = {q: [] for q in range(queues)}
+        self.by_offset = {}               # (queue_id, offset) -> answer, before `answers`
         self.pulls = []
         self.commits = []
         self.lock = threading.Lock()
@@ -51,7 +52,9 @@ class Reader:
             with self.lock:
                 self.pulls.append((env["queue_id"], env["offset"], env.get("tag_filter"), env["format"]))
                 script = self.answers[env["queue_id"]]
-                answer = script.pop(0) if script else None
+                answer = self.by_offset.get((env["queue_id"], env["offset"]))
+                if answer is None:
+                    answer = script.pop(0) if script else None
             if answer is None:
                 lo, hi = self.bounds[env["queue_id"]]
                 return {"status": "NO_MESSAGE_IN_QUEUE", "next_begin_offset": env["offset"],
@@ -160,7 +163,10 @@ def test_max_records_moves_the_position_per_message(reader):
 
 def test_seek_drops_buffered_messages_and_answers_of_older_pulls(reader):
     script, ep = reader()
-    script.answers[0] = [found([0, 1, 2], 3), found([10, 11], 12)]
+    # By offset: the consumer pulls ahead (the pull at 3 goes out before poll returns), and
+    # its answer must be dropped by the seek like the buffered messages 1 and 2.
+    script.by_offset = {(0, 0): found([0, 1, 2], 3), (0, 3): found([3, 4], 5),
+                        (0, 10): found([10, 11], 12)}
     with Consumer(ep, "g", "t", auto_commit=False, long_poll_ms=50) as c:
         first = poll_until(c, 1, max_records=1)
         assert [m.queue_offset for m in first] == [0]

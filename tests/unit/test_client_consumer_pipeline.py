@@ -1,0 +1,218 @@
+"""Pipelined pulls in ipc.consumer.Consumer, against a scripted reader on a real ZeroMQ socket
+that answers pulls like the store does (at most `cap` messages from the requested offset,
+RocketMQ's in-memory count limit): several pulls in flight per queue, replies that come out of
+order taken in offset order, speculative pulls abandoned when a reply ends early, prefetched
+messages dropped by seeks, and no queue starved by another's backlog. Records are real
+CommitLog records (core.codec)."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import zmq
+
+from ipc.consumer import Consumer
+from tests.unit.scripted_peer import Peer
+from tests.unit.test_client_consumer import records
+
+
+class QueueSim:
+    """A reader of one topic whose queue q holds offsets [0, sizes[q]). A pull at `o` answers
+    FOUND with up to `cap` messages (fewer where `short` says so), OFFSET_OVERFLOW_ONE at the
+    end; `hold(env)` true keeps the request until the test releases it."""
+
+    def __init__(self, sizes, cap=32, short=None, hold=None):
+        self.sizes = dict(enumerate(sizes))
+        self.offset_by_time = 0
+        self.cap = cap
+        self.short = dict(short or {})          # (queue, offset) -> count answered there
+        self.hold = hold or (lambda env: False)
+        self.pulls = []
+        self.lock = threading.Lock()
+
+    def __call__(self, env, frames):
+        op = env["op"]
+        if op == "topic_info":
+            return {"status": "OK", "topic": env["topic"], "queues": len(self.sizes)}
+        if op == "fetch_offset":
+            return {"status": "OK", "offset": -1}
+        if op == "queue_offsets":
+            return {"status": "OK", "queues": [{"queue_id": q, "min_offset": 0, "max_offset": n}
+                                               for q, n in self.sizes.items()]}
+        if op == "commit_offset":
+            return {"status": "OK"}
+        if op == "offset_by_time":
+            return {"status": "OK", "offset": self.offset_by_time}
+        if op == "pull":
+            with self.lock:
+                self.pulls.append((env["queue_id"], env["offset"]))
+            if self.hold(env):
+                return None
+            return self.answer(env)
+        return {"status": "ERROR", "code": 2, "reason": op}
+
+    def answer(self, env) -> dict:
+        q, o = env["queue_id"], env["offset"]
+        hi = self.sizes[q]
+        if o >= hi:
+            return {"status": "OFFSET_OVERFLOW_ONE", "next_begin_offset": o, "min_offset": 0,
+                    "max_offset": hi, "count": 0, "_frames": [b""]}
+        n = min(self.short.get((q, o), self.cap), env["max_msgs"], hi - o)
+        offsets = range(o, o + n)
+        return {"status": "FOUND", "next_begin_offset": o + n, "min_offset": 0, "max_offset": hi,
+                "count": n, "_frames": [records("t", q, offsets)]}
+
+
+class SimPeer(Peer):
+    """A Peer whose thread ends quietly when it answers a consumer that has gone (the tests
+    close consumers with pulls still in flight; ROUTER_MANDATORY then refuses the reply)."""
+
+    def _run(self):
+        try:
+            super()._run()
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EHOSTUNREACH:
+                raise
+
+
+@pytest.fixture
+def sim():
+    peers = []
+
+    def make(sizes, **kw):
+        script = QueueSim(sizes, **kw)
+        peer = SimPeer(script)
+        peers.append(peer)
+        return script, peer
+    yield make
+    for p in peers:
+        p.close()
+
+
+def drain(c: Consumer, until, timeout: float = 20.0) -> list:
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out += c.poll(100)
+        if until(out):
+            break
+    return out
+
+
+def by_queue(msgs) -> dict:
+    out: dict = {}
+    for m in msgs:
+        out.setdefault(m.queue_id, []).append(m.queue_offset)
+    return out
+
+
+def wait_held(peer: Peer, n: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(peer.held) < n:
+        assert time.monotonic() < deadline, f"only {len(peer.held)} pulls held, wanted {n}"
+        time.sleep(0.005)
+
+
+def test_every_message_once_and_in_queue_order(sim):
+    sizes = [700, 333, 65, 0]
+    script, peer = sim(sizes)
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50) as c:
+        got = drain(c, lambda out: len(out) >= sum(sizes))
+        assert c.positions() == dict(enumerate(sizes))
+    assert by_queue(got) == {q: list(range(n)) for q, n in enumerate(sizes) if n}
+    assert [m.body for m in got if m.queue_id == 2] == [b"m%d" % o for o in range(65)]
+
+
+def test_several_pulls_of_one_queue_are_in_flight(sim):
+    # Hold every pull of the queue: a consumer that pipelines sends its speculative pulls
+    # (at 32, 64, 96 after a full first reply) without waiting for the one at 32.
+    script, peer = sim([1000], hold=lambda env: env["offset"] > 0)
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50,
+                  pipeline_depth=4) as c:
+        first = drain(c, lambda out: len(out) >= 32, timeout=5)
+        assert [m.queue_offset for m in first] == list(range(32))
+        wait_held(peer, 4)
+        assert sorted(o for _, o in script.pulls[1:5]) == [32, 64, 96, 128]
+        peer.release(script.answer)
+        got = drain(c, lambda out: len(out) >= 128)
+    assert [m.queue_offset for m in got[:128]] == list(range(32, 160))
+
+
+def test_replies_out_of_order_are_taken_in_offset_order(sim):
+    rng = random.Random(7)
+    script, peer = sim([800], hold=lambda env: True)
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=2000,
+                  pipeline_depth=4) as c:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 800 and time.monotonic() < deadline:
+            got += c.poll(20)
+            if peer.held:
+                time.sleep(0.01)                      # let the consumer send what it will
+                held, peer.held = peer.held, []
+                rng.shuffle(held)
+                with peer._lock:
+                    peer._releases += [peer._reply(p, e, script.answer(e)) for p, e in held]
+        assert [m.queue_offset for m in got] == list(range(800))
+        assert c.positions() == {0: 800}
+    assert len({o for _, o in script.pulls}) > 800 // 32      # speculation was in use
+
+
+def test_a_short_reply_abandons_the_speculative_pulls(sim):
+    # The pull at 64 answers 10 messages (a byte limit, say): the pulls sent at 96, 128, ...
+    # are wrong; the consumer drops their answers and goes on at 74.
+    script, peer = sim([600], short={(0, 64): 10, (0, 202): 1})
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50) as c:
+        got = drain(c, lambda out: len(out) >= 600)
+        assert c.positions() == {0: 600}
+    assert [m.queue_offset for m in got] == list(range(600))
+    assert (0, 74) in script.pulls and (0, 203) in script.pulls
+
+
+def test_seek_drops_prefetched_replies(sim):
+    # Hold pulls past 100 so that prefetched answers arrive after the seek, too.
+    release = threading.Event()
+    script, peer = sim([2000], hold=lambda env: env["offset"] >= 100 and not release.is_set())
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=2000) as c:
+        first = c.poll(1000, max_records=5)
+        while len(first) < 5:
+            first += c.poll(1000, max_records=5 - len(first))
+        assert [m.queue_offset for m in first] == [0, 1, 2, 3, 4]
+        wait_held(peer, 1)                         # pulls past 100 are in flight, unanswered
+        c.seek(0, 1500)
+        release.set()
+        peer.release(script.answer)                # the old pulls' answers come now: dropped
+        after = drain(c, lambda out: len(out) >= 500)
+        assert [m.queue_offset for m in after] == list(range(1500, 2000))
+        c.seek(0, 7)                                # and back, behind what was prefetched
+        again = drain(c, lambda out: len(out) >= 50)
+        assert [m.queue_offset for m in again[:50]] == list(range(7, 57))
+        assert c.positions()[0] == again[-1].queue_offset + 1
+
+
+def test_seek_to_timestamp_drops_prefetched_replies(sim):
+    script, peer = sim([3000])
+    script.offset_by_time = 2990
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50) as c:
+        first = drain(c, lambda out: len(out) >= 40)
+        assert [m.queue_offset for m in first[:40]] == list(range(40))
+        assert c.seek_to_timestamp(12345) == {0: 2990}
+        rest = drain(c, lambda out: len(out) >= 10)
+        assert [m.queue_offset for m in rest] == list(range(2990, 3000))
+
+
+@pytest.mark.parametrize("max_in_flight", [2, 16])
+def test_a_backlog_does_not_starve_the_other_queues(sim, max_in_flight):
+    # Queue 0 has a deep backlog; the others are short. Every queue gets its next pull before
+    # any gets a speculative one, so the short queues are done long before queue 0 is.
+    sizes = [20000, 40, 40, 40]
+    script, peer = sim(sizes)
+    with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50,
+                  max_in_flight=max_in_flight) as c:
+        got = drain(c, lambda out: all(len(v) >= 40 for q, v in by_queue(out).items() if q) and
+                    len(by_queue(out)) == 4)
+    queues = by_queue(got)
+    assert all(queues[q] == list(range(40)) for q in (1, 2, 3))
+    assert queues[0] == list(range(len(queues[0]))) and len(queues[0]) < 20000 // 4
