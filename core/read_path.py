@@ -22,6 +22,21 @@ def _total_memory() -> int:
         return 8 << 30
 
 
+def out_of_range(offset: int, lo: int, hi: int) -> GetMessageResult | None:
+    """The answer to a pull at `offset` of a queue holding [lo, hi) when there is nothing to
+    read there (RocketMQ's statuses and next offsets); None when `offset` is inside."""
+    S = GetMessageStatus
+    if hi == 0:
+        return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+    if offset < lo:
+        return GetMessageResult(S.OFFSET_TOO_SMALL, lo, lo, hi)
+    if offset == hi:
+        return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+    if offset > hi:
+        return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+    return None
+
+
 class _SegmentReader:
     """Copies records out of CommitLog segments, holding one segment across consecutive reads
     instead of looking it up and taking a reference per record. `base` and `readable` describe
@@ -69,20 +84,15 @@ class StoreReader:
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        S = GetMessageStatus
-        if hi == 0:
-            return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(S.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        outside = out_of_range(offset, lo, hi)
+        if outside is not None:
+            return outside
         max_msgs = max(1, max_msgs)
         scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
-            return GetMessageResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset),
+                                    lo, hi)
         return self._collect(raw, offset, max_msgs, tag_filter, lo, hi)
 
     def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> GetMessageResult:

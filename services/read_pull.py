@@ -22,7 +22,7 @@ from operator import add, ne
 from core.codec import read_i32
 from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.decode import decode_message
-from core.read_path import MAX_PULL_MSG_SIZE, StoreReader
+from core.read_path import MAX_PULL_MSG_SIZE, StoreReader, out_of_range
 from core.status import GetMessageResult, GetMessageStatus
 from core.subscription import subscription_codes
 
@@ -84,14 +84,9 @@ class BatchStoreReader(StoreReader):
         of the fast path are memoryviews of the mapped segments instead of copies: for a reply
         that is sent (and copied by ZeroMQ) at once and then dropped, never kept."""
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        if hi == 0:
-            return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(S.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        outside = out_of_range(offset, lo, hi)
+        if outside is not None:
+            return outside
         max_msgs = max(1, max_msgs)
         if subscription_codes(tag_filter) is None:
             found = self._plain_pull(cq, offset, max_msgs, lo, hi, views)
