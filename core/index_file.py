@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import struct
 
+import numpy as np
+
 from core.hashing import index_key_hash
 
 HEADER_SIZE = 40
@@ -38,6 +40,9 @@ _I64 = struct.Struct(">q")
 _BEGIN_TS_POS, _END_TS_POS, _BEGIN_PHY_POS, _END_PHY_POS = 0, 8, 16, 24
 _SLOT_COUNT_POS, _INDEX_COUNT_POS = 32, 36
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
+_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+_SLOT_DTYPE = np.dtype(">i4")
+NUMPY_MIN_KEYS = 16                  # fewer keys are put one at a time (numpy's call overhead)
 _FRESH_HEADER = (0, 0, 0, 0, 0, 1)
 
 
@@ -153,16 +158,31 @@ class IndexFile:
         """Append entries for hashes[start:] (key hashes, with their records' phys offsets and
         store times) until the file is full; return the position of the first one not put.
 
-        Each entry is written before its slot points at it, and the header once at the end:
-        a writer killed in between leaves slots pointing past the header's count, at whole
-        entries whose chains lead back below it (`_live_head` follows them).
+        Entries are written before the slots that point at them, and the header once at the
+        end: a writer killed in between leaves slots pointing past the header's count, at whole
+        entries whose chains lead back below it (`_live_head` follows them). `NUMPY_MIN_KEYS`
+        keys or more are put together with numpy (one copy for the entries, one scatter for
+        the slots), fewer one at a time; both write the same bytes.
         """
+        header = self._header()
+        stop = min(len(hashes), start + self.index_num - header[5])
+        if stop <= start:
+            return start
+        put = self._put_numpy if stop - start >= NUMPY_MIN_KEYS else self._put_each
+        begin_ts, begin_phy, slot_count, count = put(hashes, offsets, timestamps, start, stop,
+                                                     header)
+        _HEADER.pack_into(self._mapping.buf, 0, begin_ts, timestamps[stop - 1], begin_phy,
+                          offsets[stop - 1], slot_count, count)
+        return stop
+
+    def _put_each(self, hashes, offsets, timestamps, start: int, stop: int, header) -> tuple:
+        """Entries and slots of keys [start, stop), one at a time; (begin ts, begin phys, slot
+        count, count) for the header."""
         buf = self._mapping.buf
-        begin_ts, _, begin_phy, _, slot_count, count = self._header()
-        cap, slots, entries = self.index_num, self.hash_slot_num, self._entries_pos
+        begin_ts, _, begin_phy, _, slot_count, count = header
+        slots, entries = self.hash_slot_num, self._entries_pos
         read_i32, write_i32, write_entry = _I32.unpack_from, _I32.pack_into, _ENTRY.pack_into
-        i, n = start, len(hashes)
-        while i < n and count < cap:
+        for i in range(start, stop):
             key_hash, phys, ts = hashes[i], offsets[i], timestamps[i]
             slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
             head = read_i32(buf, slot_pos)[0]
@@ -178,11 +198,45 @@ class IndexFile:
             if head == 0:
                 slot_count += 1
             count += 1
-            i += 1
-        if i > start:
-            _HEADER.pack_into(buf, 0, begin_ts, timestamps[i - 1], begin_phy, offsets[i - 1],
-                              slot_count, count)
-        return i
+        return begin_ts, begin_phy, slot_count, count
+
+    def _put_numpy(self, hashes, offsets, timestamps, start: int, stop: int, header) -> tuple:
+        """`_put_each` for many keys: sorted stably by slot, each entry links to the one before
+        it in its slot, the first of a slot to the slot's live head; the entries are copied in
+        at once, then each slot gets its last entry."""
+        buf = self._mapping.buf
+        begin_ts, _, begin_phy, _, slot_count, count = header
+        m = stop - start
+        key_hash = np.array(hashes[start:stop], np.int64)
+        phys = np.array(offsets[start:stop], np.int64)
+        ts = np.array(timestamps[start:stop], np.int64)
+        if count <= 1:
+            begin_ts, begin_phy = int(ts[0]), int(phys[0])     # as in `_put_each`
+        numbers = np.arange(count, count + m, dtype=np.int64)
+        slot = key_hash % self.hash_slot_num
+        order = np.argsort(slot, kind="stable")
+        slot_sorted = slot[order]
+        firsts = np.flatnonzero(np.r_[True, slot_sorted[1:] != slot_sorted[:-1]])
+        lasts = np.r_[firsts[1:], m] - 1
+        table = np.frombuffer(buf, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
+        try:
+            heads = table[slot_sorted[firsts]].astype(np.int64)
+            stale = np.flatnonzero((heads < 0) | (heads >= count))
+            for i in stale.tolist():
+                heads[i] = self._live_head(int(heads[i]), count)
+            prev_sorted = np.empty(m, np.int64)
+            prev_sorted[1:] = numbers[order[:-1]]
+            prev_sorted[firsts] = heads
+            rows = np.empty(m, _ENTRY_DTYPE)
+            rows["hash"], rows["phys"] = key_hash, phys
+            rows["diff"] = 0 if begin_ts <= 0 else np.clip((ts - begin_ts) // 1000, 0, INT32_MAX)
+            rows["prev"][order] = prev_sorted
+            at = self._entries_pos + count * ENTRY_SIZE
+            buf[at:at + m * ENTRY_SIZE] = rows.tobytes()
+            table[slot_sorted[firsts]] = numbers[order[lasts]]
+        finally:
+            del table
+        return begin_ts, begin_phy, slot_count + int(np.count_nonzero(heads == 0)), count + m
 
     def _live_head(self, head: int, count: int) -> int:
         """The newest entry below `count` in the chain a slot value `head` starts (0: none).

@@ -131,9 +131,10 @@ class IndexService:
         self.build_batch(keys, [req.commit_log_offset] * len(keys),
                          [req.store_timestamp] * len(keys))
 
-    def build_batch(self, keys: list[str], offsets: list[int], timestamps: list[int]) -> None:
-        """Index `keys[i]` (built by `build_key`) for the record at `offsets[i]` stored at
-        `timestamps[i]`; the records in log order, each record's keys in `index_keys` order.
+    def build_batch(self, keys: list[str], offsets: list[int], timestamps: list[int],
+                    prefix: str = "") -> None:
+        """Index `prefix + keys[i]` (built by `build_key`) for the record at `offsets[i]` stored
+        at `timestamps[i]`; the records in log order, each record's keys in `index_keys` order.
 
         Keys of records already indexed are skipped (see the module docstring). Raises OSError
         when a new file cannot be created (a full disk); the keys put before that stay, and
@@ -142,7 +143,7 @@ class IndexService:
         start = self._first_not_indexed(offsets)
         if start >= len(keys):
             return
-        hashes = index_key_hashes(keys[start:] if start else keys)
+        hashes = index_key_hashes(keys[start:] if start else keys, prefix)
         if start:
             offsets, timestamps = offsets[start:], timestamps[start:]
         f = self._files[-1] if self._files and not self._files[-1].is_full else self._roll()

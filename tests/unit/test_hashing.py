@@ -178,3 +178,18 @@ def test_index_key_hashes_equals_one_at_a_time(keys, one):
     assert index_key_hashes(["polygenelubricants"] * 17) == [0] * 17
     ascii_keys = ["BenchTopic#%032X" % (i * 2654435761) for i in range(64)]
     assert index_key_hashes(ascii_keys) == [index_key_hash(k) for k in ascii_keys]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30), st.lists(st.text(max_size=12), max_size=30),
+       st.text(alphabet=st.characters(max_codepoint=127), min_size=1, max_size=40),
+       st.integers(0, 40))
+def test_index_key_hashes_with_a_prefix_hash_the_joined_keys(prefix, keys, one, copies):
+    """A prefix (`topic#`) is hashed as if joined to each key, on both the numpy path (16+
+    ASCII keys of one width) and the one-at-a-time path."""
+    assert index_key_hashes(keys, prefix) == [index_key_hash(prefix + k) for k in keys]
+    same = [one[::-1]] * copies + [one] * 16
+    assert index_key_hashes(same, prefix) == [index_key_hash(prefix + k) for k in same]
+    uniq = ["%032X" % (i * 2654435761) for i in range(40)]
+    assert index_key_hashes(uniq, "BenchTopic#") == [index_key_hash("BenchTopic#" + k)
+                                                       for k in uniq]

@@ -15,6 +15,7 @@ from core.hashing import index_key_hash, java_hash
 from core.index_file import IndexFile, index_file_size
 
 LONG_MAX = 2**63 - 1
+INT32_MAX_ = (1 << 31) - 1
 BASE_TS = 1_700_000_000_000          # whole seconds, so stored times are exact
 
 
@@ -332,3 +333,38 @@ def test_put_hashed_stops_when_full_and_says_where(tmp_path):
     assert f.select_phy_offsets("k0", 5, 0, LONG_MAX) == []
     assert f.select_phy_offsets("k4", 5, 0, LONG_MAX) == [4]
     f.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 7), st.integers(2, 60),
+       st.lists(st.tuples(st.integers(0, INT32_MAX_), st.integers(-3, 5000)), min_size=1,
+                max_size=50),
+       st.integers(0, 12), st.booleans(), st.integers(-1, 3))
+def test_put_hashed_numpy_and_one_at_a_time_write_the_same_bytes(
+        slots, capacity, keys, first_batch, killed, begin_ts):
+    """`put_hashed` puts many keys with numpy and few one at a time: from the same state
+    (fresh, seeded or not, partly filled, or after a put killed before its header, so that
+    slots point past the count) both write byte-identical files and stop at the same key."""
+    import core.index_file as index_file
+    images = []
+    for numpy_min in (1, 1 << 20):
+        saved, index_file.NUMPY_MIN_KEYS = index_file.NUMPY_MIN_KEYS, numpy_min
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                f = IndexFile(os.path.join(d, "idx"), slots, capacity, REAL_FILE_OPS, create=True,
+                              prev_end_timestamp=max(begin_ts, 0) * 1000)
+                hashes = [h for h, _ in keys]
+                offsets = list(range(len(keys)))
+                stamps = [BASE_TS + s * 700 for _, s in keys]
+                done = f.put_hashed(hashes[:first_batch], offsets[:first_batch],
+                                    stamps[:first_batch], 0)
+                if killed:
+                    header = bytes(f._mapping.buf[:40])
+                    f.put_hashed(hashes, offsets, stamps, done)
+                    f._mapping.buf[:40] = header
+                stop = f.put_hashed(hashes, offsets, stamps, done)
+                images.append((stop, bytes(f._mapping.buf)))
+                f.close()
+        finally:
+            index_file.NUMPY_MIN_KEYS = saved
+    assert images[0] == images[1]

@@ -1,14 +1,19 @@
 """`core.record_scan.scan_segment`, the dispatcher's fast parse, against `check_record`, the
 reference parse: for random messages (IPv4 and IPv6 hosts, any properties, tags and keys),
-and for the same records torn, bit-flipped or misplaced (PHYSOFFSET not where they lie), both accept and refuse the same
-records and read the same fields."""
+and for the same records torn, bit-flipped or misplaced (PHYSOFFSET not where they lie), both
+accept and refuse the same records and read the same fields, with the headers checked by
+numpy or by struct, and for property strings built to trip the UNIQ_KEY template cache."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+import contextlib
+
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import core.record_scan as record_scan
 from core.codec import DispatchRequest, RecordCheck, check_record, encode_message, write_blank
-from core.record_scan import ScanEnd, scan_segment
+from core.message import Message
+from core.record_scan import ScanBatch, ScanEnd, scan_segment
 
 from tests.unit.test_codec_roundtrip import messages
 
@@ -24,6 +29,36 @@ def _reference(buf, pos, end, check_crc):
     return (req.commit_log_offset, req.msg_size, req.topic, req.queue_id,
             req.consume_queue_offset, req.tags_code, req.store_timestamp, req.keys,
             req.uniq_key, req.sys_flag)
+
+
+@contextlib.contextmanager
+def numpy_from(n: int):
+    """Check headers with numpy from `n` fast-path records on (1: always)."""
+    saved, record_scan.NUMPY_MIN_RECORDS = record_scan.NUMPY_MIN_RECORDS, n
+    try:
+        yield
+    finally:
+        record_scan.NUMPY_MIN_RECORDS = saved
+
+
+def scan_all(buf, check_crc, numpy_min=1, max_records=1 << 20):
+    out = ScanBatch()
+    with numpy_from(numpy_min):
+        reached, why = scan_segment(buf, 0, len(buf), 0, check_crc, out, max_records)
+    return reached, why, out.rows()
+
+
+def expected_scan(buf, check_crc):
+    """(position reached, ScanEnd, rows) record by record with check_record."""
+    rows, p = [], 0
+    while True:
+        ref = _reference(buf, p, len(buf), check_crc)
+        if not isinstance(ref, tuple):
+            return p, ref, rows
+        if ref[0] != p:
+            return p, ScanEnd.MISPLACED, rows
+        rows.append(ref)
+        p += ref[1]
 
 
 @settings(max_examples=300, deadline=None)
@@ -43,44 +78,126 @@ def test_scan_agrees_with_check_record(msgs, check_crc, data):
         buf[at:] = bytes(len(buf) - at)
     elif damage == "flip":
         buf[at] ^= 1 << data.draw(st.integers(0, 7))
-    out: list = []
-    reached, why = scan_segment(buf, 0, len(buf), 0, check_crc, out, 1 << 20)
-    expected, p = [], 0
-    while True:
-        ref = _reference(buf, p, len(buf), check_crc)
-        if not isinstance(ref, tuple):
-            assert why is ref and reached == p
-            break
-        if ref[0] != p:
-            assert why is ScanEnd.MISPLACED and reached == p
-            break
-        expected.append(ref)
-        p += ref[1]
-    assert out == expected
+    numpy_min = data.draw(st.sampled_from([1, 3, 1 << 20]))
+    assert scan_all(buf, check_crc, numpy_min) == expected_scan(buf, check_crc)
 
 
 def test_blank_ends_the_segment_and_max_records_pauses():
-    from core.message import Message
     a = encode_message(Message("T", b"a", tags="x", keys="k1 k2"), phys_offset=0)
     b = encode_message(Message("T", b"b", properties={"UNIQ_KEY": "U1"}), phys_offset=len(a))
     buf = bytearray(a + b + bytes(64))
     write_blank(buf, len(a) + len(b), 64)
-    out: list = []
+    out = ScanBatch()
     assert scan_segment(buf, 0, len(buf), 0, True, out, 1) == (len(a), ScanEnd.LIMIT)
-    assert out[0][7] == "k1 k2" and out[0][8] == ""
+    assert out.keys[0] == "k1 k2" and out.uniq[0] == ""
     assert scan_segment(buf, len(a), len(buf), 0, True, out, 10) == (len(a) + len(b), ScanEnd.BLANK)
-    assert out[1][7:9] == ("", "U1")
+    assert (out.keys[1], out.uniq[1]) == ("", "U1")
 
 
 def test_the_last_non_empty_property_wins_as_in_the_reference_parse():
-    from core.message import Message
     rec = encode_message(Message("T", b"x", properties={"A": "1"}), phys_offset=0)
     # Rewrite the properties by hand: TAGS twice (the second empty), KEYS twice.
     props = "TAGS\x01t1\x02KEYS\x01a\x02TAGS\x01\x02KEYS\x01b\x02".encode()
     head = rec[:rec.index(b"A\x011")] [:-2]
     raw = head + len(props).to_bytes(2, "big") + props
     raw = len(raw).to_bytes(4, "big") + raw[4:]
-    out: list = []
+    out = ScanBatch()
     scan_segment(raw, 0, len(raw), 0, True, out, 10)
-    assert out == [_reference(raw, 0, len(raw), True)]
-    assert out[0][7] == "b"
+    assert out.rows() == [_reference(raw, 0, len(raw), True)]
+    assert out.keys[0] == "b"
+
+
+def with_properties(body: bytes, props: bytes, phys: int) -> bytes:
+    """A v1 record whose property bytes are `props`, whatever they hold."""
+    rec = encode_message(Message("T", body), phys_offset=phys)
+    assert rec.endswith(b"\x00\x00")                    # no properties
+    rec = rec[:-2] + len(props).to_bytes(2, "big") + props
+    return len(rec).to_bytes(4, "big") + rec[4:]
+
+
+# Fragments of property strings around UNIQ_KEY: separators in odd places, empty values,
+# repeated names, a name inside a value, bytes that are not UTF-8.
+_FRAGMENTS = [b"UNIQ_KEY\x01", b"TAGS\x01", b"KEYS\x01", b"\x02", b"\x01", b"u1", b"u2", b"ab",
+              b"k1 k2", b"\xc3\xa9", b"\xc3", b"\xff", b"\x00", b"X\x01UNIQ_KEY\x01v"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=10).map(b"".join),
+                min_size=1, max_size=14),
+       st.booleans(), st.sampled_from([1, 1 << 20]))
+@example([b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01ab\x02"], True, 1)
+@example([b"UNIQ_KEY\x01u1\x02TAGS\x01ab\x02UNIQ_KEY\x01\x02"], True, 1)
+@example([b"TAGS\x01\xc3\x02UNIQ_KEY\x01u1"], False, 1)
+@example([b"UNIQ_KEY\x01u1\xff\x02TAGS\x01ab"], False, 1)
+@example([b"X\x01UNIQ_KEY\x01v\x02UNIQ_KEY\x01u1\x02"], False, 1)
+def test_property_strings_parse_as_the_reference_does(props, check_crc, numpy_min):
+    """Records that differ only in their property bytes, scanned twice (cold and warm caches)
+    and with sibling values: the same rows and stops as check_record; and each property
+    string on its own: the same tag code, KEYS and UNIQ_KEY (None where check_record refuses)."""
+    siblings = [p.replace(b"u1", b"u2") for p in props]
+    for p in props + siblings:
+        ref = _reference(with_properties(b"body", p, 0), 0, 1 << 20, False)
+        want = None if ref is ScanEnd.CORRUPT else (ref[5], ref[7], ref[8])
+        assert record_scan._properties(p) == want
+        assert record_scan._properties(p) == want
+    records, pos = [], 0
+    for p in props + siblings:
+        rec = with_properties(b"body", p, pos)
+        records.append(rec)
+        pos += len(rec)
+    buf = b"".join(records) + bytes(16)
+    expected = expected_scan(buf, check_crc)
+    assert scan_all(buf, check_crc, numpy_min) == expected
+    assert scan_all(buf, check_crc, numpy_min) == expected
+
+
+def test_many_records_use_the_numpy_header_check_and_pause_at_max_records():
+    msgs = [Message("Topic", b"x" * i, queue_id=i % 3, tags="t",
+                    properties={"UNIQ_KEY": "%032X" % i}) for i in range(40)]
+    records, pos = [], 0
+    for i, m in enumerate(msgs):
+        rec = encode_message(m, queue_offset=i, phys_offset=pos, store_timestamp=5 + i)
+        records.append(rec)
+        pos += len(rec)
+    buf = b"".join(records) + bytes(16)
+    reached, why, rows = scan_all(buf, True, record_scan.NUMPY_MIN_RECORDS, 25)
+    assert (reached, why) == (sum(map(len, records[:25])), ScanEnd.LIMIT)
+    assert rows == expected_scan(buf, True)[2][:25]
+    assert [r[8] for r in rows] == ["%032X" % i for i in range(25)]
+
+
+def test_a_properties_length_past_int16_is_corrupt_on_both_header_checks():
+    """A 2-byte properties length of 0x8000 or more is negative as the reference reads it."""
+    big = with_properties(b"b", b"KEYS\x01" + b"k" * 0x8000 + b"\x02", 0)
+    buf = big + bytes(16)
+    for numpy_min in (1, 1 << 20):
+        assert scan_all(buf, False, numpy_min) == (0, ScanEnd.CORRUPT, []) == \
+            expected_scan(buf, False)
+
+
+def alike(count: int, props_of, body_of=lambda i: b"body%d" % (i % 10)) -> bytearray:
+    """`count` records that differ only in body and in the properties `props_of(i)` makes."""
+    records, pos = [], 0
+    for i in range(count):
+        rec = with_properties(body_of(i), props_of(i), pos)
+        records.append(rec)
+        pos += len(rec)
+    return bytearray(b"".join(records) + bytes(16))
+
+
+def test_alike_records_stop_at_a_bad_crc_and_at_a_separator_inside_the_value():
+    """The uniform path (records alike but for UNIQ_KEY) checks each CRC and refuses a value
+    holding a separator; check_record decides those records."""
+    buf = alike(30, lambda i: b"UNIQ_KEY\x01%02d\x02TAGS\x01t\x02" % i)
+    assert scan_all(buf, True, 1) == expected_scan(buf, True)
+    assert len(scan_all(buf, True, 1)[2]) == 30
+    at = sum(len(with_properties(b"body%d" % (i % 10), b"UNIQ_KEY\x01%02d\x02TAGS\x01t\x02" % i, 0))
+             for i in range(20))
+    flipped = bytearray(buf)
+    flipped[at + 90] ^= 1                                   # record 20's body
+    assert scan_all(flipped, True, 1) == expected_scan(flipped, True)
+    assert scan_all(flipped, True, 1)[1:] == (ScanEnd.CORRUPT, expected_scan(buf, True)[2][:20])
+    sep = alike(30, lambda i: b"UNIQ_KEY\x01A" + (b"\x02" if i == 7 else b"B")
+                + b"\x02TAGS\x01t\x02")
+    assert scan_all(sep, True, 1) == expected_scan(sep, True)
+    assert [r[8] for r in scan_all(sep, True, 1)[2]][6:8] == ["AB", "A"]
