@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23          # Linux 5.14+; prefaults and dirties a range in C
 TMP_SUFFIX = ".tmp"
+DELETED_SUFFIX = ".deleted" + TMP_SUFFIX   # a file being deleted in the background
 
 
 class Mapping:
@@ -127,6 +129,17 @@ class FileOps:
     def unlink(self, path: str) -> None:
         os.unlink(path)
         self.fsync_dir(os.path.dirname(path))
+
+    def unlink_soon(self, path: str) -> None:
+        """Remove `path` from its directory now, durably, and free its blocks in a background
+        thread: unlinking a large cached file (a 420 MB index file) takes a good part of a
+        second. The file is renamed to `*.deleted.tmp` first; a crash before the thread is done
+        leaves that name behind, and `remove_leftovers` deletes it at the next load."""
+        doomed = path + DELETED_SUFFIX
+        os.rename(path, doomed)
+        self.fsync_dir(os.path.dirname(path))
+        threading.Thread(target=self._silent_unlink, args=(doomed,), name="unlink",
+                         daemon=True).start()
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)

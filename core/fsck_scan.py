@@ -52,7 +52,7 @@ class ReadOnlyFileOps(FileOps):
     def _refuse(self, *args, **kwargs):
         raise PermissionError("the store was opened read-only for a check")
 
-    create_file = write_file_atomic = unlink = fsync_dir = make_dirs = _refuse
+    create_file = write_file_atomic = unlink = unlink_soon = fsync_dir = make_dirs = _refuse
 
 
 READ_ONLY = ReadOnlyFileOps()

@@ -364,9 +364,9 @@ class IndexFile:
             self._mapping = None
 
     def destroy(self) -> None:
-        """Unmap and delete the file."""
+        """Unmap and delete the file (its blocks are freed in the background)."""
         self.close()
-        self._fileops.unlink(self.path)
+        self._fileops.unlink_soon(self.path)
 
     def __repr__(self) -> str:
         return f"IndexFile({self.name!r}, count={self.index_count if not self.closed else '-'})"

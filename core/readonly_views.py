@@ -48,7 +48,8 @@ class ReadOnlyFileOps(FileOps):
     def map_file(self, path: str, size: int, writable: bool = False) -> Mapping:
         return Mapping(path, size, writable=False)
 
-    create_file = write_file_atomic = unlink = fsync_dir = make_dirs = remove_leftovers = _refuse
+    create_file = write_file_atomic = unlink = unlink_soon = fsync_dir = make_dirs = _refuse
+    remove_leftovers = _refuse
 
 
 READ_ONLY_FILE_OPS = ReadOnlyFileOps()

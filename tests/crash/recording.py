@@ -310,6 +310,10 @@ class RecordingFileOps(FileOps):
             self._images.pop(key, None)
             self.unlinked.append(key)
 
+    def unlink_soon(self, path: str) -> None:
+        """Recorded as an unlink: the model has no background deletion."""
+        self.unlink(path)
+
     def fsync_dir(self, path: str) -> None:
         with self._lock:
             self._check_alive()

@@ -36,7 +36,7 @@ class Peer:
             with self._lock:
                 releases, self._releases = self._releases, []
             for out in releases:
-                self.sock.send_multipart(out)
+                self._send(out)
             if not self.sock.poll(5):
                 continue
             peer, *frames = self.sock.recv_multipart()
@@ -51,7 +51,13 @@ class Peer:
                 self.held.append((peer, env))
                 self.max_held = max(self.max_held, len(self.held))
                 continue
-            self.sock.send_multipart(self._reply(peer, env, fields))
+            self._send(self._reply(peer, env, fields))
+
+    def _send(self, frames):
+        try:
+            self.sock.send_multipart(frames)
+        except zmq.ZMQError:         # the client is gone (EHOSTUNREACH), as a store drops it
+            pass
 
     @staticmethod
     def _reply(peer, env, fields):

@@ -212,7 +212,7 @@ def test_cq_entry_of_another_queue_and_a_gap(cfg):
 
 def _index_entry_position(cfg, phys: int, key: str) -> tuple[str, int]:
     want = index_key_hash(key)
-    for name in sorted(os.listdir(cfg.index_dir)):
+    for name in sorted(n for n in os.listdir(cfg.index_dir) if not n.endswith(".tmp")):
         path = os.path.join(cfg.index_dir, name)
         data = open(path, "rb").read()
         count = struct.unpack_from(">i", data, 36)[0]

@@ -368,3 +368,23 @@ def test_put_hashed_numpy_and_one_at_a_time_write_the_same_bytes(
         finally:
             index_file.NUMPY_MIN_KEYS = saved
     assert images[0] == images[1]
+
+
+def test_destroy_frees_the_blocks_in_the_background_and_a_leftover_is_cleaned(tmp_path):
+    """The name goes at once (renamed to *.deleted.tmp, durably); the blocks are freed by a
+    background unlink; a *.deleted.tmp left by a crash is removed by the next load."""
+    import time
+
+    from core.fileops import DELETED_SUFFIX
+    from core.index_service import IndexService
+    f = IndexFile(str(tmp_path / "20260101000000000"), 2, 3, REAL_FILE_OPS, create=True)
+    f.destroy()
+    assert not (tmp_path / "20260101000000000").exists()
+    deadline = time.monotonic() + 10
+    while os.listdir(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / ("20260101000000001" + DELETED_SUFFIX)).write_bytes(b"x" * 100)
+    service = IndexService(str(tmp_path), 2, 3, REAL_FILE_OPS)
+    service.load(True, 0)
+    assert os.listdir(tmp_path) == [] and service.files == []
