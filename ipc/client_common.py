@@ -67,15 +67,27 @@ def raise_for_error(env: dict, op: str | None = None) -> dict:
     return env
 
 
+_FINISHED = concurrent.futures._base.FINISHED
+_DONE = (concurrent.futures._base.CANCELLED, concurrent.futures._base.CANCELLED_AND_NOTIFIED,
+         _FINISHED)
+
+
 class ReplyFuture(concurrent.futures.Future):
     """A `concurrent.futures.Future` whose `result()` and `exception()` drive the connection's
-    sockets while they wait, so a waiting caller reads its reply itself (no thread hop)."""
+    sockets while they wait, so a waiting caller reads its reply itself (no thread hop).
+    `done()` and the result of a finished future are read without the future's lock: the state
+    becomes FINISHED after the result is stored, and a read of one attribute is atomic."""
 
     def __init__(self, conn):
         super().__init__()
         self._conn = conn
 
+    def done(self) -> bool:
+        return self._state in _DONE
+
     def result(self, timeout=None):
+        if self._state == _FINISHED and self._exception is None:
+            return self._result
         if not self.done():
             self._conn.wait(self.done, timeout)
         return super().result(0)

@@ -13,13 +13,11 @@ changed. A service restarted on the same endpoint needs nothing: ZeroMQ reconnec
 Threading. Sockets are used only under `_sock_lock`, never while blocking. A thread that
 needs a reply becomes the *leader*: it polls the sockets' ZMQ_FD descriptors (no lock held),
 then drains every socket without blocking and completes the futures. Other waiting threads
-sleep on a condition that each completion wakes. Senders drain right after each send, so a
-single-threaded caller never depends on another thread. A daemon thread leads while no user
-thread waits, so futures also complete (and their callbacks run) when nobody asks for them;
-it steps aside as soon as a user thread wants to wait, and keeps off the sockets for 5 ms
-after a user thread did I/O (waking it for every reply cost a pipelining producer 10-30% of
-its CPU in GIL hand-offs). ZMQ_FD is edge-triggered: a thread therefore always drains (EVENTS
-+ non-blocking recv) before it sleeps on the descriptor.
+sleep on a condition that each completion wakes. A sender drains its socket right after the
+send while another thread leads, so that leader does not sleep past a reply. A daemon thread
+(ipc/client_background) leads while no user thread does I/O, so futures also complete when
+nobody asks for them. ZMQ_FD is edge-triggered: a thread therefore always drains (EVENTS +
+non-blocking recv) before it sleeps on the descriptor.
 
 Frames are sent copied: pyzmq's zero-copy send hands each frame to a Python garbage-collector
 thread, which measured costlier in process CPU than copying 100 KiB. Reply frames after
@@ -37,6 +35,7 @@ import time
 
 import zmq
 
+from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
     DEFAULT_STORE, ConnectionClosed, MQError, ReplyFuture, normalize_address, raise_for_error,
     resolve_address,
@@ -49,7 +48,6 @@ log = logging.getLogger("mqstore.client")
 DEFAULT_TIMEOUT = 10.0          # seconds; above the server's default sync_flush_timeout (5 s)
 DEFAULT_WINDOW = 1024           # requests in flight per connection
 IDLE_POLL_S = 0.1               # longest sleep of a leader, so that deadlines are checked
-BG_QUIET_S = 0.005              # the I/O thread stays off the sockets this long after user I/O
 RECONNECT_INTERVAL_S = 1.0
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -97,10 +95,10 @@ class Connection:
         except BaseException:
             self.close()
             raise
-        self._bg = None
-        if background:
-            self._bg = threading.Thread(target=self._background, name="mqstore-client-io", daemon=True)
-            self._bg.start()
+        self._bg = BackgroundLeader(self) if background else None
+        if self._bg is not None:
+            self._bg_ident = self._bg.ident
+            self._bg.go()
 
     # -- requests ------------------------------------------------------------------------
     @property
@@ -153,7 +151,9 @@ class Connection:
                 del self._pending[rid]
                 self._busy[name] -= 1
                 raise ConnectionError(f"{op}: send queue to {self.endpoints.get(name, name)} is full") from None
-            done = self._drain_locked((sock,))    # only this socket's ZMQ_FD edge can be gone
+            # The send may have consumed this socket's ZMQ_FD edge: drain for a leader that sleeps
+            # on it. With no leader the next one drains before it sleeps (it takes _sock_lock).
+            done = self._drain_locked((sock,)) if self._leader is not None else ()
         if done:
             self._complete(done)
         return fut
@@ -193,7 +193,7 @@ class Connection:
                 with self._cv:
                     if self._leader == me:          # re-entered from a callback: lead inline
                         nested = True
-                    elif self._leader is not None or (is_bg and self._users_active()):
+                    elif self._leader is not None or (is_bg and self.users_active()):
                         if self._leader == self._bg_ident and not is_bg:
                             self._poke()            # ask the background thread to step aside
                         self._cv.wait(IDLE_POLL_S if remaining is None else min(remaining, IDLE_POLL_S))
@@ -221,7 +221,7 @@ class Connection:
                 done = self._drain_locked(self._to_drain(signaled))
             if done:
                 self._complete(done)
-            if predicate() or self._closed or (is_bg and self._users_active()):
+            if predicate() or self._closed or (is_bg and self.users_active()):
                 return
             sleep = IDLE_POLL_S
             if deadline is not None:
@@ -323,21 +323,9 @@ class Connection:
         except (BlockingIOError, OSError):
             pass
 
-    def _users_active(self) -> bool:
-        return bool(self._user_waiters) or time.monotonic() - self._last_user_io < BG_QUIET_S
-
-    def _background(self) -> None:
-        """Lead while no user thread does I/O; otherwise nap, holding no lock and no role."""
-        self._bg_ident = threading.get_ident()
-        while not self._closed:
-            if self._users_active():
-                time.sleep(BG_QUIET_S)
-                continue
-            try:
-                self.wait(self._users_active, None)
-            except Exception:                        # never let the I/O thread die silently
-                log.exception("client I/O thread error")
-                time.sleep(IDLE_POLL_S)
+    def users_active(self) -> bool:
+        """A user thread waits, or did I/O in the last QUIET_S (the background thread's cue)."""
+        return bool(self._user_waiters) or time.monotonic() - self._last_user_io < QUIET_S
 
     # -- sockets and reconnection --------------------------------------------------------
     def _open(self, name: str, endpoint: str) -> None:
@@ -412,8 +400,8 @@ class Connection:
             self._cv.notify_all()
         self._poke()
         bg = getattr(self, "_bg", None)
-        if bg is not None and bg is not threading.current_thread():
-            bg.join(5.0)
+        if bg is not None:
+            bg.stop()
         with self._sock_lock:
             failed = [(entry, None, ConnectionClosed(f"{entry[4]}: connection closed"))
                       for entry in self._pending.values()]

@@ -27,6 +27,7 @@ import random
 import socket
 import threading
 import time
+import weakref
 
 from core.hashing import java_hash
 from core.message import Message
@@ -40,6 +41,7 @@ UNKNOWN_TOPIC_TTL_S = 1.0
 _KEYS_PER_MS = 0x10000
 _HEX1 = [f"{i:X}" for i in range(16)]
 _HEX3 = [f"{i:03X}" for i in range(4096)]
+_PUT_STATUSES = {s.value: s for s in PutMessageStatus}
 _RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 _ERROR_STATUS = {
     ErrorCode.UNAVAILABLE: PutMessageStatus.SERVICE_NOT_AVAILABLE,
@@ -65,23 +67,31 @@ def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
     return int(start * 1000), int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
 
 
+_GENERATORS: "weakref.WeakSet[UniqKeyGenerator]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for gen in list(_GENERATORS):
+        gen._lock = threading.Lock()  # another thread of the parent may have held it
+        gen._prefix = ""
+
+
 class UniqKeyGenerator:
-    """Thread-safe source of UNIQ_KEY values (see the module docstring for the layout)."""
+    """Thread-safe source of UNIQ_KEY values (see the module docstring for the layout). The
+    fixed part is made on first use and again in a forked child (an at-fork hook forgets it)."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pid = None
         self._prefix = ""
         self._ms = 0
         self._used = 0
         self._counter = random.getrandbits(16)
         self._month = (0, 0)          # (this month's start, next month's start) in ms
+        _GENERATORS.add(self)
 
     def _fixed(self) -> str:
-        pid = os.getpid()
-        if pid != self._pid:          # first use, or a forked child
-            self._pid = pid
-            self._prefix = (_local_ipv4() + (pid & 0xFFFF).to_bytes(2, "big")
+        if not self._prefix:          # first use, or a forked child
+            self._prefix = (_local_ipv4() + (os.getpid() & 0xFFFF).to_bytes(2, "big")
                             + os.urandom(4)).hex().upper()
         return self._prefix
 
@@ -124,6 +134,8 @@ class UniqKeyGenerator:
 
 
 UNIQ_KEYS = UniqKeyGenerator()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shard_queue(sharding_key, queue_count: int) -> int:
@@ -161,17 +173,17 @@ class QueueSelector:
 class SendResult:
     """The answer to a put or a batch put. `status` is a core.PutMessageStatus; `msg_id` is the
     offset message id (of the first message of a batch, all in `msg_ids`); `uniq_key(s)` the
-    client-side ids; `error_code`/`reason` are set when the service answered an error."""
+    client-side ids; `error_code`/`reason` are set when the service answered an error. A list
+    given as `msg_ids` is kept as it is (a reply's own list, not copied)."""
 
-    __slots__ = ("status", "topic", "msg_id", "msg_ids", "queue_id", "queue_offset", "phys_offset",
+    __slots__ = ("status", "topic", "msg_ids", "queue_id", "queue_offset", "phys_offset",
                  "store_timestamp", "count", "uniq_keys", "error_code", "reason")
 
     def __init__(self, status, topic="", msg_ids=(), queue_id=-1, queue_offset=-1, phys_offset=-1,
                  store_timestamp=0, count=0, uniq_keys=(), error_code=None, reason=""):
         self.status = status
         self.topic = topic
-        self.msg_ids = list(msg_ids)
-        self.msg_id = self.msg_ids[0] if self.msg_ids else ""
+        self.msg_ids = msg_ids if msg_ids.__class__ is list else list(msg_ids)
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.phys_offset = phys_offset
@@ -184,6 +196,10 @@ class SendResult:
     @property
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        return self.msg_ids[0] if self.msg_ids else ""
 
     @property
     def uniq_key(self) -> str:
@@ -205,9 +221,8 @@ def parse_send_reply(env: dict, topic: str, uniq_keys: list) -> SendResult:
             code = env.get("code")
         return SendResult(_ERROR_STATUS.get(code, PutMessageStatus.MESSAGE_ILLEGAL), topic,
                           uniq_keys=uniq_keys, error_code=code, reason=str(env.get("reason", "")))
-    try:
-        st = PutMessageStatus(status)
-    except ValueError:
+    st = _PUT_STATUSES.get(status) if status.__class__ is str else None
+    if st is None:
         return SendResult(PutMessageStatus.UNKNOWN_ERROR, topic, uniq_keys=uniq_keys,
                           reason=f"unexpected status {status!r}")
     ids = env.get("msg_ids")
@@ -288,7 +303,7 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     else:
         # Bodies only: one UNIQ_KEY list instead of a map per message (the store encodes the
         # batch once and varies only the key).
-        fields = {"topic": topic, "sizes": [len(b) for b in items], "uniq_keys": keys}
+        fields = {"topic": topic, "sizes": list(map(len, items)), "uniq_keys": keys}
     if queue_id is not None:
         fields["queue_id"] = queue_id
     if not wait:

@@ -43,7 +43,7 @@ from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
 from services.append_pool import SharedPool
-from services.append_request import parse_put, parse_put_batch, peer_host
+from services.append_request import MsgIdArray, pack_reply, parse_put, parse_put_batch, peer_host
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -52,6 +52,8 @@ MAX_GROUP = 1024
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 
 
 class Appender(ServiceLoop):
@@ -152,11 +154,17 @@ class Appender(ServiceLoop):
         handle = self.handlers.handle
         for _ in range(MAX_GROUP):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                head = sock.recv(_NOBLOCK, copy=False)
             except zmq.Again:
                 return
             received = time.perf_counter()
-            self._identity = identity = frames[0].bytes
+            frames = [head]
+            more = head.more                     # Frame.more: no RCVMORE option call per frame
+            while more:
+                frame = sock.recv(_NOBLOCK, copy=False)
+                frames.append(frame)
+                more = frame.more
+            self._identity = identity = head.bytes
             self._frames = frames
             self._is_put = False
             out = handle([f.buffer for f in frames[1:]], received, log)
@@ -222,12 +230,16 @@ class Appender(ServiceLoop):
     # -- replies -------------------------------------------------------------------------
     def _reply_put(self, identity: bytes, fields: dict, status: str, received: float) -> None:
         fields["status"] = status
-        self._send(identity, [pack(fields)])
+        self._send(identity, [pack_reply(fields)])
         self.stats.replied(status, time.perf_counter() - received)
 
     def _send(self, identity: bytes, frames: list) -> None:
+        sock = self.front
         try:
-            self.front.send_multipart([identity, *frames], zmq.NOBLOCK)
+            sock.send(identity, _SNDMORE_NOBLOCK)
+            for frame in frames[:-1]:
+                sock.send(frame, _SNDMORE_NOBLOCK)
+            sock.send(frames[-1], _NOBLOCK)
         except zmq.ZMQError as e:            # the client is gone (EHOSTUNREACH) or not reading
             log.warning("reply dropped: %s", e)
 
@@ -277,7 +289,7 @@ class Appender(ServiceLoop):
         fields = {"rid": rid, "status": PUT_OK, "queue_id": qid, "queue_offset": result.logics_offset,
                   "phys_offset": result.wrote_offset, "store_timestamp": result.store_timestamp}
         if batch:
-            fields["msg_ids"] = result.msg_ids
+            fields["msg_ids"] = MsgIdArray.of(result)
             fields["count"] = req.count
         else:
             fields["msg_id"] = result.msg_id

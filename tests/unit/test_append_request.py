@@ -1,15 +1,21 @@
-"""services.append_request: put and put_batch requests decoded into messages, and every wire
-error a client can cause named with its code."""
+"""services.append_request: put and put_batch requests decoded into messages, every wire
+error a client can cause named with its code, and put replies whose message ids are spliced in
+already encoded (the same map as plain msgpack)."""
 from __future__ import annotations
+
+import socket
 
 import pytest
 
-from ipc.protocol import ErrorCode, ProtocolError
-from services.append_request import parse_put, parse_put_batch, peer_host
+from core.status import AppendMessageResult, AppendMessageStatus
+from ipc.protocol import ErrorCode, ProtocolError, pack, unpack
+from services.append_request import MsgIdArray, pack_reply, parse_put, parse_put_batch, peer_host
 
 HOST = ("10.0.0.1", 0)
 NOW = 1_700_000_000_000
 MAX = 1024
+V4 = socket.inet_aton("127.0.0.1") + (10911).to_bytes(4, "big")
+V6 = socket.inet_pton(socket.AF_INET6, "fe80::1") + (10911).to_bytes(4, "big")
 
 
 def put(env, frames=(b"body",)):
@@ -129,3 +135,29 @@ def test_peer_host():
     assert peer_host("127.0.0.1", HOST) == ("127.0.0.1", 0)
     assert peer_host("", HOST) == HOST and peer_host(None, HOST) == HOST
     assert peer_host("garbage", HOST) == HOST
+
+
+def ids_result(host, n):
+    sizes = tuple(range(100, 100 + n)) if n > 1 else ()
+    return AppendMessageResult(AppendMessageStatus.PUT_OK, 1 << 33, sum(sizes) or 150, 1, 0, n,
+                               host, sizes)
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 100, 70_000])
+@pytest.mark.parametrize("host", [V4, V6, b""])
+def test_batch_reply_ids_are_a_plain_msgpack_list(n, host):
+    result = ids_result(host, n)
+    fields = {"rid": 9, "status": "PUT_OK", "queue_id": 1, "queue_offset": 5, "phys_offset": 1 << 33,
+              "store_timestamp": NOW, "msg_ids": MsgIdArray.of(result), "count": n}
+    env = unpack(pack_reply(fields))
+    assert env == {**fields, "msg_ids": result.msg_ids}
+    assert len(env["msg_ids"]) == (n if host else 0)
+
+
+def test_reply_packing_with_many_fields_and_without_ids():
+    ids = MsgIdArray.of(ids_result(V4, 3))
+    many = {f"f{i}": i for i in range(20)}
+    assert unpack(pack_reply({**many, "msg_ids": ids})) == {**many, "msg_ids": ids_result(V4, 3).msg_ids}
+    assert pack_reply({"rid": 1, "status": "PUT_OK", "msg_id": "AB"}) == \
+        pack({"rid": 1, "status": "PUT_OK", "msg_id": "AB"})
+    assert unpack(pack_reply({"rid": 1, "msg_ids": ["X"]})) == {"rid": 1, "msg_ids": ["X"]}

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import zmq
 
 from ipc.connection import Connection, ConnectionClosed
 from tests.unit.scripted_peer import Peer
@@ -100,3 +101,41 @@ def test_timeouts_fail_the_callers_object(peers):
         c.request("reader", "op", {"x": 1}, future=t)
         assert c.wait(t.done.is_set, 5)
         assert isinstance(t.exc, TimeoutError) and c._busy["reader"] == 0
+
+
+def test_a_sender_does_not_leave_a_sleeping_leader_behind(peers):
+    """Thread A leads (asleep on the descriptors, waiting for a held reply) while the main
+    thread's calls go out and come back: each must complete at once, not at A's next poll
+    timeout (ipc.connection.IDLE_POLL_S)."""
+    p = peers(lambda env, frames: None if env.get("hold") else {"status": "OK", "echo": env.get("x")})
+    with Connection(p.endpoint, background=False) as c:
+        held = c.request("appender", "op", {"hold": True})
+        waiter = threading.Thread(target=lambda: held.exception(10))
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while c._leader is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert c._leader is not None and c._leader != threading.get_ident()
+        t0 = time.monotonic()
+        for i in range(20):
+            assert c.call("appender", "op", x=i)["echo"] == i
+        assert time.monotonic() - t0 < 20 * 0.1 / 2
+        p.release()
+        waiter.join(10)
+        assert held.result(0)[0]["status"] == "OK"
+
+
+def test_with_no_leader_a_send_leaves_replies_to_the_next_waiter(peers):
+    """A send drains only for a sleeping leader: a lone caller's replies are read when it waits
+    (the leader drains before it sleeps), so they all complete, none is lost."""
+    p = peers()
+    with Connection(p.endpoint, background=False) as c:
+        first = c.request("appender", "op", {"x": 0})
+        sock = c._socks["appender"]
+        deadline = time.monotonic() + 5
+        while not sock.get(zmq.EVENTS) & zmq.POLLIN and time.monotonic() < deadline:
+            time.sleep(0.001)                                     # until its reply is queued
+        second = c.request("appender", "op", {"x": 1})
+        assert not first.done() and c.in_flight == 2              # not read by the send
+        assert second.result(5)[0]["echo"] == 1 and first.result(0)[0]["echo"] == 0
+        assert c.in_flight == 0

@@ -7,7 +7,7 @@ import pytest
 
 from core.message import Message
 from core.status import PutMessageStatus
-from ipc.producer import UNIQ_KEY, encode_batch, encode_put, parse_send_reply
+from ipc.producer import UNIQ_KEY, SendResult, encode_batch, encode_put, parse_send_reply
 from ipc.protocol import ErrorCode, pack, unpack
 from services.append_request import parse_put, parse_put_batch
 
@@ -123,3 +123,23 @@ def test_error_replies_become_statuses(code, status):
 def test_unknown_status_is_unknown_error():
     r = parse_send_reply({"rid": 1, "status": "WHAT"}, "t", [])
     assert r.status is PutMessageStatus.UNKNOWN_ERROR and "WHAT" in r.reason
+
+
+def test_result_msg_id_is_the_first_of_msg_ids():
+    ids = ["A1", "A2"]
+    r = SendResult(PutMessageStatus.PUT_OK, "t", ids, count=2)
+    assert r.msg_ids is ids and r.msg_id == "A1"              # a reply's list is not copied
+    assert SendResult(PutMessageStatus.PUT_OK, "t", ("B1",)).msg_ids == ["B1"]
+    assert SendResult(PutMessageStatus.UNKNOWN_ERROR).msg_id == "" == SendResult(
+        PutMessageStatus.UNKNOWN_ERROR).uniq_key
+
+
+@pytest.mark.parametrize("status", [None, 7, ["PUT_OK"], "put_ok"])
+def test_malformed_statuses_are_unknown_errors(status):
+    r = parse_send_reply({"rid": 1, "status": status, "msg_ids": ["A1"]}, "t", ["U1"])
+    assert r.status is PutMessageStatus.UNKNOWN_ERROR and not r.ok and r.uniq_keys == ["U1"]
+
+
+def test_every_put_status_is_parsed():
+    for st in PutMessageStatus:
+        assert parse_send_reply({"rid": 1, "status": st.value}, "t", []).status is st

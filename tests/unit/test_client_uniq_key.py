@@ -98,3 +98,27 @@ def test_a_forked_child_gets_its_own_prefix():
     os.waitpid(pid, 0)
     assert HEX32.match(child)
     assert child[8:12] == f"{pid & 0xFFFF:04X}" and child[:20] != parent[:20]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_the_lock_is_held_still_makes_keys():
+    gen = UniqKeyGenerator()
+    parent = gen.next_key()
+    r, w = os.pipe()
+    with gen._lock:                                       # as if another thread were in next_keys
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.write(w, gen.next_key().encode())
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 10
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child deadlocked on the parent's lock")
+        time.sleep(0.01)
+    child = os.read(r, 64).decode()
+    os.close(r)
+    assert HEX32.match(child) and child[8:12] == f"{pid & 0xFFFF:04X}" and child[:20] != parent[:20]
