@@ -76,3 +76,9 @@ class Peer:
         self._stop.set()
         self.thread.join()
         self.sock.close(0)
+
+
+
+def hold(env, frames):
+    """A script that holds every request (until `Peer.release`)."""
+    return None

@@ -15,24 +15,7 @@ from ipc.connection import (
     Connection, ConnectionClosed, MQError, normalize_address, resolve_address,
 )
 from ipc.protocol import ErrorCode
-from tests.unit.scripted_peer import Peer
-
-
-@pytest.fixture
-def peers():
-    made = []
-
-    def make(*args, **kwargs):
-        p = Peer(*args, **kwargs)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.close()
-
-
-def hold(env, frames):
-    return None
+from tests.unit.scripted_peer import hold
 
 
 def test_hello_and_echo(peers):

@@ -12,24 +12,7 @@ import pytest
 import zmq
 
 from ipc.connection import Connection, ConnectionClosed
-from tests.unit.scripted_peer import Peer
-
-
-@pytest.fixture
-def peers():
-    made = []
-
-    def make(*args, **kwargs):
-        p = Peer(*args, **kwargs)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.close()
-
-
-def hold(env, frames):
-    return None
+from tests.unit.scripted_peer import hold
 
 
 class Ticket:
