@@ -157,7 +157,7 @@ def test_replies_out_of_order_are_taken_in_offset_order(sim):
                     peer._releases += [peer._reply(p, e, script.answer(e)) for p, e in held]
         assert [m.queue_offset for m in got] == list(range(800))
         assert c.positions() == {0: 800}
-    assert len({o for _, o in script.pulls}) > 800 // 32      # speculation was in use
+    assert peer.max_held > 1                      # several pulls were in flight at once
 
 
 def test_a_short_reply_abandons_the_speculative_pulls(sim):
