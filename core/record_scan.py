@@ -84,6 +84,17 @@ class ScanBatch:
         for name, value in zip(self.__slots__, row):
             getattr(self, name).append(value)
 
+    def extend_header_fields(self, n: int, phys, size, queue_id, queue_offset, store_ts,
+                             sys_flag) -> None:
+        """Append the first `n` of each fixed-header column (the caller appended the other
+        columns of those records)."""
+        self.phys += phys[:n]
+        self.size += size[:n]
+        self.queue_id += queue_id[:n]
+        self.queue_offset += queue_offset[:n]
+        self.store_ts += store_ts[:n]
+        self.sys_flag += sys_flag[:n]
+
     def rows(self) -> list[tuple]:
         return list(zip(*(getattr(self, name) for name in self.__slots__)))
 
@@ -244,14 +255,8 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     if n >= NUMPY_MIN_RECORDS:
         taken = _take_uniform(buf, starts[:n], tpos, size, crc, check_crc, out)
         if taken is not None:
-            n = taken
-            out.phys += phys[:n]
-            out.size += size[:n]
-            out.queue_id += queue_id[:n]
-            out.queue_offset += queue_offset[:n]
-            out.store_ts += store_ts[:n]
-            out.sys_flag += sys_flag[:n]
-            return n
+            out.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
+            return taken
     crc32, topics, props_of = zlib.crc32, _TOPICS, _PROPS
     o_topic, o_tags, o_keys, o_uniq = out.topic.append, out.tags.append, out.keys.append, \
         out.uniq.append
@@ -282,12 +287,7 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     finally:
         if view is not None:
             view.release()
-    out.phys += phys[:taken]
-    out.size += size[:taken]
-    out.queue_id += queue_id[:taken]
-    out.queue_offset += queue_offset[:taken]
-    out.store_ts += store_ts[:taken]
-    out.sys_flag += sys_flag[:taken]
+    out.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
     return taken
 
 
