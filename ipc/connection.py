@@ -35,6 +35,7 @@ import time
 
 import zmq
 
+from core.heap import keep_freed_heap
 from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
     DEFAULT_STORE, ConnectionClosed, MQError, ReplyFuture, normalize_address, raise_for_error,
@@ -69,6 +70,7 @@ class Connection:
         self.window = int(window)
         self.info: dict = {}
         self.endpoints: dict = {}
+        keep_freed_heap()                      # pull and batch frames reuse the heap
         self._ctx = context or zmq.Context.instance()
         self._sock_lock = threading.Lock()
         self._cv = threading.Condition()

@@ -19,6 +19,7 @@ import time
 import zmq
 
 from core.config import StoreConfig
+from core.heap import keep_freed_heap
 from ipc.control_block import ControlBlock, ServiceState, Slot, read_control_name
 from ipc.protocol import pack
 from ipc.sockets import ipc_endpoint, make_socket
@@ -138,6 +139,7 @@ def run_service(cls, argv=None) -> int:
                                      description=f"mqstore {cls.name} service (started by the supervisor)")
     parser.add_argument("--store", required=True, help="store root directory")
     args = parser.parse_args(argv)
+    keep_freed_heap()
     config = load_run_config(os.path.abspath(args.store))
     os.makedirs(config.logs_dir, exist_ok=True)
     logging.basicConfig(filename=os.path.join(config.logs_dir, f"{cls.name}.log"), level=logging.INFO,
