@@ -10,6 +10,7 @@ import mmap
 import threading
 import time
 
+from core.batch_encode import PreparedBatch
 from core.codec import (
     BLANK_SIZE, PHYS_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
@@ -88,9 +89,9 @@ class CommitLog:
         finally:
             self.begin_time_in_lock = 0
 
-    def append_batch(self, recs: list[PreparedRecord]) -> AppendMessageResult:
+    def append_batch(self, recs: list[PreparedRecord] | PreparedBatch) -> AppendMessageResult:
         """Append records of one topic and queue as one unit, all in one segment."""
-        total = sum(r.size for r in recs)
+        total = recs.total if recs.__class__ is PreparedBatch else sum(r.size for r in recs)
         if total + BLANK_SIZE > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
@@ -115,18 +116,22 @@ class CommitLog:
                 return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
             pos = 0
         target = mf.write_buffer if mf.write_buffer is not None else mf.buf
-        first = recs[0]
+        columns = recs.__class__ is PreparedBatch
+        first = recs.first if columns else recs[0]
         key = (first.topic, first.queue_id)
         table = self.topic_queue_table
         qoff = table.get(key, 0)
         base = mf.file_from_offset
         wrote_offset = base + pos
         counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
-        q = qoff
-        for rec in recs:
-            pos = write_record(target, pos, rec, q if counted else 0, base + pos, store_ts)
-            if counted:
-                q += 1
+        q = qoff + len(recs) if counted else qoff
+        if columns:
+            pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
+            sizes = recs.record_sizes
+        else:
+            for i, rec in enumerate(recs):
+                pos = write_record(target, pos, rec, qoff + i if counted else 0, base + pos, store_ts)
+            sizes = tuple(r.size for r in recs)
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
         if counted:
@@ -134,7 +139,7 @@ class CommitLog:
         if self._prefault is not None:
             self._prefault.wrote(mf, pos)
         return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_ts, qoff,
-                                   len(recs), self.store_host_bytes, tuple(r.size for r in recs))
+                                   len(recs), self.store_host_bytes, sizes)
 
     def _writable_segment(self):
         mf = self._writing

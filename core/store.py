@@ -15,7 +15,7 @@ import time
 from operator import attrgetter
 
 from core.checkpoint import StoreCheckpoint
-from core.codec import prepare_batch
+from core.batch_encode import PreparedBatch, prepare_batch_records
 from core.commitlog import CommitLog, append_status_to_put
 from core.config import StoreConfig, check_store_format
 from core.consume_queue_store import ConsumeQueueStore
@@ -233,11 +233,11 @@ class MessageStore:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         shared = _batch_template(msgs)
         if shared is not None:
-            recs = prepare_batch(shared[0], [m.body for m in msgs], self.config.max_message_size,
-                                 self.commitlog.store_host_bytes, shared[1])
+            recs = prepare_batch_records(shared[0], [m.body for m in msgs], self.config.max_message_size,
+                                         self.commitlog.store_host_bytes, shared[1])
             if recs.__class__ is PutMessageStatus:
                 return PutMessageResult(recs)
-            if recs[0].sys_flag & 0xC:
+            if (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & 0xC:
                 return PutMessageResult(S.MESSAGE_ILLEGAL)
             return self._append(recs, first.wait_store_msg_ok)
         recs = []

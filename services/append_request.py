@@ -31,7 +31,8 @@ _HOSTS: dict = {}
 class PutRequest:
     """`messages`, one per record; or, for a batch without per-message fields, one template
     message in `messages`, the records' bodies in `bodies` and maybe their UNIQ_KEYs in
-    `uniq_keys` (for `core.codec.prepare_batch`)."""
+    `uniq_keys`, with `block` the frame that holds the bodies back to back (for
+    `core.batch_encode.prepare_columns`)."""
     topic: str
     queue_id: int | None          # None: the appender picks one round robin
     messages: list
@@ -40,6 +41,7 @@ class PutRequest:
     count: int
     bodies: list | None = None
     uniq_keys: list | None = None
+    block: memoryview | None = None
 
 
 def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
@@ -87,7 +89,7 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
         bodies = [data[start:end] for start, end in zip([0, *ends], ends)]
         template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
         return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies,
-                          uniq_keys)
+                          uniq_keys, data)
     if uniq_keys is not None:
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             "field 'uniq_keys' goes with bodies only; with 'messages' each "

@@ -32,7 +32,8 @@ import time
 
 import zmq
 
-from core.codec import prepare_batch, prepare_record
+from core.batch_encode import prepare_batch_records
+from core.codec import prepare_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
@@ -329,7 +330,7 @@ class Appender(ServiceLoop):
             return PutMessageStatus.MESSAGE_ILLEGAL          # a batch is one unit of at most this
         if req.bodies is not None:
             msgs[0].queue_id = qid
-            return prepare_batch(msgs[0], req.bodies, max_size, host, req.uniq_keys)
+            return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block)
         recs = []
         for m in msgs:
             m.queue_id = qid

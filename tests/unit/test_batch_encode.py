@@ -1,0 +1,145 @@
+"""core.batch_encode: a batch written as columns is byte for byte the batch written record by
+record (core.codec.prepare_batch + write_record), refused with the same status, and lands in
+the CommitLog like any batch (roll to the next segment, the transient pool's buffers)."""
+from __future__ import annotations
+
+import copy
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.batch_encode import PreparedBatch, prepare_batch_records, prepare_columns
+from core.codec import BLANK_SIZE, MAGIC_BLANK, prepare_batch, write_record
+from core.commitlog import CommitLog
+from core.decode import decode_message
+from core.fileops import REAL_FILE_OPS
+from core.message import SYSFLAG_TRANSACTION_PREPARED, Message, host_to_bytes
+from core.status import AppendMessageStatus, PutMessageStatus
+from core.transient_pool import TransientStorePool
+
+STORE_HOST = host_to_bytes(("127.0.0.1", 10911))[0]
+SEG = 4096 * 4
+
+
+def write_reference(recs, pos, qoff, phys, ts) -> bytes:
+    buf = bytearray(pos + sum(r.size for r in recs))
+    p = pos
+    for i, rec in enumerate(recs):
+        p = write_record(buf, p, rec, qoff + i, phys + p - pos, ts)
+    return bytes(buf)
+
+
+def write_columns(batch: PreparedBatch, pos, qoff, phys, ts) -> bytes:
+    buf = bytearray(pos + batch.total)
+    assert batch.write(buf, pos, qoff, phys, ts) == len(buf)
+    return bytes(buf)
+
+
+templates = st.builds(
+    lambda tags, keys, props, born, flag, v6: Message(
+        "Batch", b"", 2, flag, tags, keys, props, born, ("::1", 9) if v6 else ("10.1.2.3", 99)),
+    st.none() | st.sampled_from(["TagA", "ß"]), st.none() | st.just("k1 k2"),
+    st.dictionaries(st.sampled_from(["a", "bb", "é"]), st.text(max_size=5), max_size=3),
+    st.integers(0, 1 << 40), st.integers(0, 1 << 20), st.booleans())
+key_sets = st.one_of(
+    st.none(),
+    st.integers(0, 40).map(lambda k: lambda n: ["%0*X" % (k, i) if k else "" for i in range(n)]),
+    st.just(lambda n: ["k" * (i % 3) for i in range(n)]),            # different lengths
+    st.just(lambda n: ["ключ%02d" % i for i in range(n)]),           # not ASCII
+    st.just(lambda n: ["ab\x01c" if i == n - 1 else "abcd" for i in range(n)]))   # a separator
+
+
+@settings(max_examples=300, deadline=None)
+@given(templates, st.lists(st.integers(0, 300), min_size=1, max_size=12), st.booleans(), key_sets,
+       st.sampled_from([200, 300, 4096]), st.integers(0, 1000), st.integers(0, 1 << 40))
+def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys, max_size, qoff, phys):
+    bodies = [bytes([i % 251]) * (sizes[0] if same else n) for i, n in enumerate(sizes)]
+    uniq = keys(len(bodies)) if keys else None
+    want = prepare_batch(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
+    got = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
+    if want.__class__ is PutMessageStatus:
+        assert got is want
+        return
+    if got.__class__ is list:                        # record by record: the columns declined
+        assert prepare_columns(copy.copy(msg), bodies, max_size, STORE_HOST, uniq) is None
+        return
+    assert got.record_sizes == tuple(r.size for r in want)
+    assert write_columns(got, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)
+
+
+def test_the_producers_batches_take_the_columns():
+    bodies = [b"x" * 1024] * 100
+    keys = ["7F0000010E5A18B4AAC26B5C8A3E%04X" % i for i in range(100)]
+    msg = Message("Bench", b"", 1, 0, None, None, {}, 1, ("127.0.0.1", 0))
+    assert isinstance(prepare_batch_records(msg, bodies, 4 << 20, STORE_HOST, keys), PreparedBatch)
+    varied = [b"x" * (100 + i) for i in range(100)]
+    assert isinstance(prepare_batch_records(msg, varied, 4 << 20, STORE_HOST, keys), PreparedBatch)
+    assert prepare_batch_records(msg, varied, 4 << 20, STORE_HOST, None).__class__ is PreparedBatch
+
+
+def test_the_template_is_left_as_it_was_when_the_columns_decline():
+    msg = Message("Batch", b"", 0, 0, None, None, {"a": "b"}, 1, ("127.0.0.1", 0))
+    keys = ["short", "longer key"]                   # different widths: record by record
+    recs = prepare_batch_records(msg, [b"1", b"2"], 4096, STORE_HOST, keys)
+    assert [r.uniq_key for r in recs] == keys
+
+
+def test_queue_offset_none_writes_zero_for_every_record():
+    msg = Message("T", b"", 0, 0, None, None, {}, 1, ("127.0.0.1", 0),
+                  sys_flag=SYSFLAG_TRANSACTION_PREPARED)
+    batch = prepare_columns(msg, [b"a", b"b", b"c"], 4096, STORE_HOST)
+    buf = bytearray(batch.total)
+    batch.write(buf, 0, None, 500, 9)
+    pos = 0
+    for size in batch.record_sizes:
+        m = decode_message(bytes(buf[pos:pos + size]))
+        assert (m.queue_offset, m.commit_log_offset) == (0, 500 + pos)
+        pos += size
+
+
+@pytest.fixture
+def make_log(tiny_config):
+    logs = []
+
+    def make(pool=False):
+        log = CommitLog(tiny_config(), REAL_FILE_OPS, pool=TransientStorePool(3, SEG) if pool else None)
+        log.queue.load()
+        logs.append(log)
+        return log
+
+    yield make
+    for log in logs:
+        log.shutdown()                   # an export of a segment left behind would fail here
+
+
+def columns(log, n, body=b"body"):
+    msg = Message("test-topic", b"", 0, 0, "abc", None, {}, 1234, ("192.168.1.1", 7777))
+    batch = prepare_columns(msg, [body] * n, log.max_message_size, log.store_host_bytes,
+                            ["%032X" % i for i in range(n)])
+    assert isinstance(batch, PreparedBatch)
+    return batch
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["mapped", "transient-pool"])
+def test_a_column_batch_that_does_not_fit_moves_whole_to_the_next_segment(make_log, pool):
+    log = make_log(pool)
+    first = log.append_batch(columns(log, 50, b"f" * 100))
+    assert first.status is AppendMessageStatus.PUT_OK
+    left = SEG - first.next_offset
+    batch = columns(log, 40, b"b" * 60)
+    assert batch.total + BLANK_SIZE > left
+    r = log.append_batch(batch)
+    assert r.status is AppendMessageStatus.PUT_OK
+    assert (r.wrote_offset, r.logics_offset, r.msg_num) == (SEG, 50, 40)
+    while pool and not log.commit(0):              # one segment per call
+        pass
+    assert struct.unpack(">ii", log.read(first.next_offset, 8)) == (left, MAGIC_BLANK)
+    offset = SEG
+    for i in range(40):
+        m = decode_message(log.look_record(offset))
+        assert (m.body, m.queue_offset, m.commit_log_offset, m.tags) == (b"b" * 60, 50 + i, offset, "abc")
+        assert m.properties["UNIQ_KEY"] == "%032X" % i
+        offset += m.store_size
+    assert log.topic_queue_table[("test-topic", 0)] == 90
