@@ -35,6 +35,10 @@ class RunningFlags:
         return not self.bits & _WRITE_BLOCKERS
 
     @property
+    def only_disk_full_blocks_writes(self) -> bool:
+        return self.bits & _WRITE_BLOCKERS == DISK_FULL
+
+    @property
     def is_readable(self) -> bool:
         return not self.bits & NOT_READABLE
 

@@ -69,6 +69,8 @@ def _batch_template(msgs):
 
 
 class MessageStore:
+    DISK_RETRY_S = 1.0       # after ENOSPC, puts are refused this long before one tries again
+
     def __init__(self, config: StoreConfig, fileops: FileOps | None = None, progress=None,
                  lock: StoreLock | None = None):
         """`lock`: a StoreLock the caller already holds (the supervisor); it is left held."""
@@ -76,6 +78,7 @@ class MessageStore:
         self.fileops = fileops or REAL_FILE_OPS
         self.progress = progress                 # callable(scanned, total) during recovery
         self.flags = RunningFlags()
+        self._disk_retry_at = 0.0           # when a put may try the full disk again
         self._own_lock = lock is None
         self.lock = lock or StoreLock(config.lock_path)
         self.abort_file = AbortFile(config.abort_path, self.fileops)
@@ -200,7 +203,10 @@ class MessageStore:
         if not self.running or self.config.is_slave:
             return S.SERVICE_NOT_AVAILABLE
         if not self.flags.is_writeable:
-            return S.SERVICE_NOT_AVAILABLE
+            if not (self.flags.only_disk_full_blocks_writes and time.monotonic() >= self._disk_retry_at):
+                return S.SERVICE_NOT_AVAILABLE
+            self.flags.clear(DISK_FULL)     # this put tries again; ENOSPC sets it back
+            log.info("trying the disk again after DISK_FULL")
         return None
 
     def put_message(self, msg) -> PutMessageResult:
@@ -277,6 +283,7 @@ class MessageStore:
         err = self.allocate_service.last_error
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             self.flags.set(DISK_FULL)
+            self._disk_retry_at = time.monotonic() + self.DISK_RETRY_S
 
     # -- reads (delegated) ---------------------------------------------------------------
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None):

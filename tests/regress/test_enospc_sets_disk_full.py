@@ -8,6 +8,7 @@ CommitLog segments with ENOSPC once `full` is set.
 """
 import errno
 import os
+import time
 
 from core.fileops import FileOps
 from core.message import Message
@@ -33,3 +34,24 @@ def test_enospc_on_the_first_segment_sets_disk_full(tiny_config, open_store):
     assert st.flags.is_set(DISK_FULL)
     assert st.put_message(Message("T", b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert st.put_messages([Message("T", b"x")]).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_disk_full_clears_when_space_comes_back(tiny_config, open_store, monkeypatch):
+    """Regression: once set, the embedded store's DISK_FULL was never cleared, so a store
+    whose disk got space again refused every put until it was reopened."""
+    from core.store import MessageStore
+    monkeypatch.setattr(MessageStore, "DISK_RETRY_S", 0.05)
+    fileops = FullDisk()
+    fileops.full = True
+    st = open_store(tiny_config(), fileops=fileops)
+    assert st.put_message(Message("T", b"x")).status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    assert st.put_message(Message("T", b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    time.sleep(0.06)                     # still full: the retry fails and sets it again
+    assert st.put_message(Message("T", b"x")).status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    assert st.flags.is_set(DISK_FULL)
+    assert st.put_message(Message("T", b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    fileops.full = False
+    time.sleep(0.06)
+    assert st.put_messages([Message("T", b"y")]).status is PutMessageStatus.PUT_OK
+    assert not st.flags.is_set(DISK_FULL)
+    assert st.put_message(Message("T", b"z")).status is PutMessageStatus.PUT_OK
