@@ -78,7 +78,7 @@ class MessageStore:
         self.fileops = fileops or REAL_FILE_OPS
         self.progress = progress                 # callable(scanned, total) during recovery
         self.flags = RunningFlags()
-        self._disk_retry_at = 0.0           # when a put may try the full disk again
+        self._disk_retry_at = None          # after an ENOSPC: when a put may try the disk again
         self._own_lock = lock is None
         self.lock = lock or StoreLock(config.lock_path)
         self.abort_file = AbortFile(config.abort_path, self.fileops)
@@ -203,8 +203,10 @@ class MessageStore:
         if not self.running or self.config.is_slave:
             return S.SERVICE_NOT_AVAILABLE
         if not self.flags.is_writeable:
-            if not (self.flags.only_disk_full_blocks_writes and time.monotonic() >= self._disk_retry_at):
+            retry = self._disk_retry_at
+            if retry is None or time.monotonic() < retry or not self.flags.only_disk_full_blocks_writes:
                 return S.SERVICE_NOT_AVAILABLE
+            self._disk_retry_at = None
             self.flags.clear(DISK_FULL)     # this put tries again; ENOSPC sets it back
             log.info("trying the disk again after DISK_FULL")
         return None
