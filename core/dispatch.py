@@ -86,13 +86,36 @@ class Dispatcher:
 
     def apply(self, batch: ScanBatch) -> None:
         """Build the consume queue entries and index keys of `batch` (in log order)."""
-        kinds = np.array(batch.sys_flag, np.int64) & SYSFLAG_TRANSACTION_MASK
-        queued = (kinds == SYSFLAG_TRANSACTION_NOT) | (kinds == SYSFLAG_TRANSACTION_COMMIT)
-        if queued.any():
-            self._put_queues(batch, queued)
+        flags = batch.sys_flag
+        if flags.count(flags[0]) == len(flags) \
+                and flags[0] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_NOT:
+            kinds = None                                     # all plain messages (the usual)
+            if not self._put_one_run(batch):
+                self._put_queues(batch, np.ones(len(flags), bool))
+        else:
+            kinds = np.array(flags, np.int64) & SYSFLAG_TRANSACTION_MASK
+            queued = (kinds == SYSFLAG_TRANSACTION_NOT) | (kinds == SYSFLAG_TRANSACTION_COMMIT)
+            if queued.any():
+                self._put_queues(batch, queued)
         if self.index_service is not None:
             self._index(batch, kinds)
         self.last_store_timestamp = batch.store_ts[-1]
+
+    def _put_one_run(self, batch: ScanBatch) -> bool:
+        """`_put_queues` for a batch, all queued, that is one run of one queue (consecutive
+        queue offsets), without sorting; False when it is not."""
+        topics, queue_ids, queue_offsets = batch.topic, batch.queue_id, batch.queue_offset
+        n, first = len(topics), queue_offsets[0]
+        if topics.count(topics[0]) != n or queue_ids.count(queue_ids[0]) != n \
+                or queue_offsets != list(range(first, first + n)):
+            return False
+        entries = np.empty(n, ENTRY_DTYPE)
+        entries["phys"], entries["size"], entries["tags"] = batch.phys, batch.size, batch.tags
+        self.cq_store.put_entries(topics[0], queue_ids[0], first, entries.tobytes(),
+                                  batch.phys[-1] + batch.size[-1])
+        if self.on_arrive is not None:
+            self.on_arrive(topics[0], queue_ids[0], first + n)
+        return True
 
     def _put_queues(self, batch: ScanBatch, queued) -> None:
         """Write each queue's run of consecutive queue offsets as one block of entries: the
@@ -124,14 +147,19 @@ class Dispatcher:
             lo = hi
 
     def _index(self, batch: ScanBatch, kinds) -> None:
-        """Hand the batch's index keys to the index service. The common batch (one topic,
+        """Hand the batch's index keys to the index service (`kinds`: the records' transaction
+        types, None when every record is a plain message). The common batch (one topic,
         every record with a UNIQ_KEY and no KEYS, none a skipped transaction type) passes
         the UNIQ_KEYs with the topic as a prefix, without building a string per key."""
         topics, uniqs, keys_ = batch.topic, batch.uniq, batch.keys
         n = len(topics)
-        skipped = (kinds == SYSFLAG_TRANSACTION_ROLLBACK) | (kinds == SYSFLAG_TRANSACTION_PREPARED)
+        skipped = [False] * n if kinds is None else (               # None: no transactions
+            (kinds == SYSFLAG_TRANSACTION_ROLLBACK) | (kinds == SYSFLAG_TRANSACTION_PREPARED)).tolist()
         if keys_.count("") == n and "" not in uniqs and topics.count(topics[0]) == n \
-                and not skipped.any():
+                and True not in skipped:
+            units = batch.uniq_units
+            if sum(map(len, units)) == n and len({u.shape[1] for u in units}) == 1:
+                uniqs = units[0] if len(units) == 1 else np.concatenate(units)
             self.index_service.build_batch(uniqs, batch.phys, batch.store_ts,
                                            prefix=topics[0] + "#")
             return
@@ -139,7 +167,7 @@ class Dispatcher:
         offsets: list = []
         stamps: list = []
         for topic, uniq, record_keys, phys, ts, skip in zip(
-                topics, uniqs, keys_, batch.phys, batch.store_ts, skipped.tolist()):
+                topics, uniqs, keys_, batch.phys, batch.store_ts, skipped):
             if skip or not (uniq or record_keys):
                 continue
             if uniq:

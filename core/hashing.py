@@ -59,24 +59,35 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _INT_MIN else abs(h)
 
 
-def index_key_hashes(keys: list[str], prefix: str = "") -> list[int]:
-    """`index_key_hash(prefix + key)` of every key. When the keys
-    are ASCII and of one length (generated UNIQ_KEYs), they are hashed together: one matrix of
-    bytes times the powers of 31, in numpy, plus the prefix's hash shifted past the key
-    (h(p + k) = h(p) * 31^len(k) + h(k), mod 2^32), instead of a Python call per key."""
+def index_key_hashes(keys, prefix: str = "") -> list[int]:
+    """`index_key_hash(prefix + key)` of every key: `keys` is a list of strings or a matrix of
+    ASCII bytes (numpy uint8, one key a row). When the keys are ASCII and of one length
+    (generated UNIQ_KEYs), they are hashed together: one matrix of bytes times the powers of
+    31, in numpy, plus the prefix's hash shifted past the key (h(p + k) = h(p) * 31^len(k) +
+    h(k), mod 2^32), instead of a Python call per key."""
+    if isinstance(keys, np.ndarray):
+        if 0 < keys.shape[1] <= len(_POWERS):
+            return _hash_rows(keys, prefix)
+        keys = [row.tobytes().decode("ascii") for row in keys]
     n = len(keys)
     if n >= _NUMPY_MIN_KEYS:
         width = len(keys[0])
         joined = "".join(keys)
         if 0 < width <= len(_POWERS) and len(joined) == n * width and joined.isascii() \
-                and all(len(k) == width for k in keys):
-            units = np.frombuffer(joined.encode("ascii"), np.uint8).reshape(n, width)
-            h = units @ _POWERS_DESC_NP[len(_POWERS) - width:]
-            if prefix:
-                head = java_hash(prefix) & _MASK
-                h += np.uint64(head * pow(31, width, 1 << 32) & _MASK)
-            h = (h & np.uint64(_MASK)).astype(np.int64)
-            h = np.where(h >= 1 << 31, (1 << 32) - h, h)      # |signed value|
-            h[h == 1 << 31] = 0                                # Integer.MIN_VALUE
-            return h.tolist()
+                and set(map(len, keys)) == {width}:
+            return _hash_rows(np.frombuffer(joined.encode("ascii"), np.uint8).reshape(n, width),
+                              prefix)
     return [index_key_hash(prefix + k) for k in keys]
+
+
+def _hash_rows(units: np.ndarray, prefix: str) -> list[int]:
+    """`index_key_hashes` of ASCII keys as rows of bytes, 0 < width <= len(_POWERS)."""
+    width = units.shape[1]
+    h = units @ _POWERS_DESC_NP[len(_POWERS) - width:]
+    if prefix:
+        head = java_hash(prefix) & _MASK
+        h += np.uint64(head * pow(31, width, 1 << 32) & _MASK)
+    h = (h & np.uint64(_MASK)).astype(np.int64)
+    h = np.where(h >= 1 << 31, (1 << 32) - h, h)      # |signed value|
+    h[h == 1 << 31] = 0                                # Integer.MIN_VALUE
+    return h.tolist()

@@ -212,28 +212,37 @@ class IndexFile:
         ts = np.array(timestamps[start:stop], np.int64)
         if count <= 1:
             begin_ts, begin_phy = int(ts[0]), int(phys[0])     # as in `_put_each`
-        numbers = np.arange(count, count + m, dtype=np.int64)
         slot = key_hash % self.hash_slot_num
         order = np.argsort(slot, kind="stable")
         slot_sorted = slot[order]
-        firsts = np.flatnonzero(np.r_[True, slot_sorted[1:] != slot_sorted[:-1]])
-        lasts = np.r_[firsts[1:], m] - 1
+        edges = np.empty(m, bool)
+        edges[0] = True
+        np.not_equal(slot_sorted[1:], slot_sorted[:-1], out=edges[1:])
+        firsts = np.flatnonzero(edges)
+        lasts = np.empty_like(firsts)
+        lasts[:-1] = firsts[1:] - 1
+        lasts[-1] = m - 1
         table = np.frombuffer(buf, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
         try:
-            heads = table[slot_sorted[firsts]].astype(np.int64)
-            stale = np.flatnonzero((heads < 0) | (heads >= count))
+            slots = slot_sorted[firsts]
+            heads = table[slots].astype(np.int64)
+            stale = np.flatnonzero(heads.view(np.uint64) >= count)     # or negative
             for i in stale.tolist():
                 heads[i] = self._live_head(int(heads[i]), count)
             prev_sorted = np.empty(m, np.int64)
-            prev_sorted[1:] = numbers[order[:-1]]
+            prev_sorted[1:] = order[:-1] + count          # entry k is number count + k
             prev_sorted[firsts] = heads
             rows = np.empty(m, _ENTRY_DTYPE)
             rows["hash"], rows["phys"] = key_hash, phys
-            rows["diff"] = 0 if begin_ts <= 0 else np.clip((ts - begin_ts) // 1000, 0, INT32_MAX)
+            if begin_ts <= 0:
+                rows["diff"] = 0
+            else:
+                diff = (ts - begin_ts) // 1000
+                rows["diff"] = np.minimum(np.maximum(diff, 0, out=diff), INT32_MAX, out=diff)
             rows["prev"][order] = prev_sorted
             at = self._entries_pos + count * ENTRY_SIZE
             buf[at:at + m * ENTRY_SIZE] = rows.tobytes()
-            table[slot_sorted[firsts]] = numbers[order[lasts]]
+            table[slots] = order[lasts] + count
         finally:
             del table
         return begin_ts, begin_phy, slot_count + int(np.count_nonzero(heads == 0)), count + m

@@ -131,10 +131,12 @@ class IndexService:
         self.build_batch(keys, [req.commit_log_offset] * len(keys),
                          [req.store_timestamp] * len(keys))
 
-    def build_batch(self, keys: list[str], offsets: list[int], timestamps: list[int],
+    def build_batch(self, keys, offsets: list[int], timestamps: list[int],
                     prefix: str = "") -> None:
         """Index `prefix + keys[i]` (built by `build_key`) for the record at `offsets[i]` stored
         at `timestamps[i]`; the records in log order, each record's keys in `index_keys` order.
+        `keys` is a list of strings or, for ASCII keys, a matrix of their bytes (numpy uint8,
+        one key a row; see `core.hashing.index_key_hashes`).
 
         Keys of records already indexed are skipped (see the module docstring). Raises OSError
         when a new file cannot be created (a full disk); the keys put before that stay, and

@@ -8,24 +8,21 @@ record):
     phys offset, size, topic, queue id, queue offset, tag code, store timestamp, KEYS,
     UNIQ_KEY, sys flag          KEYS and UNIQ_KEY are "" when absent
 
-The common record (IPv4 hosts, version 1 magic) takes the fast path, in two phases. A minimal
-loop walks TOTALSIZE/MAGIC frames to find where the records start; then the fixed headers of
-all of them are read and checked together (with numpy for `NUMPY_MIN_RECORDS` records or more,
-with one struct call each below that, where numpy's call overhead would dominate): host
-lengths, body and topic lengths, properties framing, PHYSOFFSET, a torn tail. Only the CRC,
-the topic and the properties then need a step per record. Anything else (IPv6 hosts, version
-2 records, a record that fails any fast check) goes through `core.codec.check_record`, so both
-paths accept and refuse exactly the same records.
-
-Caches, each bounded: topics per topic bytes, tag codes per TAGS value, and parsed properties
-per property string with the UNIQ_KEY value cut out (`_properties`). A producer's property
-strings differ only in UNIQ_KEY, so most records cost two `find`s and a dict lookup. A property
-is found the way `core.message.string_to_properties` reads it: `name\\x01value` between `\\x02`
-separators, the last occurrence winning, an empty value counting as absent.
+A run of records of one size lying back to back (a producer's batch of equal messages) is
+taken without a step per record (`_take_strided`): frames, headers and tails are numpy views
+with that size as stride. Other common records (IPv4 hosts, version 1 magic) take the fast
+path in two phases: a minimal loop walks TOTALSIZE/MAGIC frames to find where the records
+start; then the fixed headers of all of them are read and checked together (with numpy for
+`NUMPY_MIN_RECORDS` records or more, with one struct call each below that): host lengths,
+body and topic lengths, properties framing, PHYSOFFSET, a torn tail. Only the CRC, the topic
+and the properties then need a step per record, or none when the tails are alike but for the
+UNIQ_KEY value (`_take_alike`). Anything else (IPv6 hosts, version 2 records, a record that
+fails any fast check) goes through `core.codec.check_record`, so all paths accept and refuse
+exactly the same records. Topics and properties are parsed through the caches of
+`core.record_props`.
 """
 from __future__ import annotations
 
-import re
 import struct
 import zlib
 
@@ -34,8 +31,8 @@ import numpy as np
 from core.codec import (
     MAGIC_BLANK, MAGIC_V1, DispatchRequest, RecordCheck, check_record,
 )
-from core.hashing import tags_code
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.record_props import PROPS, TOPICS, properties, topic_of, uniq_span
 
 NUMPY_MIN_RECORDS = 12            # fewer fast-path records are checked with struct, one by one
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
@@ -51,11 +48,6 @@ _HEADER_DTYPE = np.dtype([
 _HEADER_BYTES = np.arange(_HEAD_SIZE, dtype=np.int64)
 _FRAME = struct.Struct(">ii")
 _MIN_RECORD = 91
-# The properties dispatch reads, each "\x02NAME\x01value" with a non-empty value; taken into
-# a dict in order, so the last one wins, as in core.message.string_to_properties.
-_WANTED = re.compile("\x02(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]+)")
-_UNIQ = b"UNIQ_KEY\x01"
-_CACHE_MAX = 65536
 
 
 class ScanEnd:
@@ -69,8 +61,11 @@ class ScanEnd:
 
 class ScanBatch:
     """Scanned records as columns (lists), in log order."""
-    __slots__ = ("phys", "size", "topic", "queue_id", "queue_offset", "tags", "store_ts", "keys",
-                 "uniq", "sys_flag")
+    COLUMNS = ("phys", "size", "topic", "queue_id", "queue_offset", "tags", "store_ts", "keys",
+               "uniq", "sys_flag")
+    # uniq_units: the UNIQ_KEYs of records taken alike, also as ASCII byte matrices (one key a
+    # row, in log order), for hashing them without a string per key.
+    __slots__ = COLUMNS + ("uniq_units",)
 
     def __init__(self):
         for name in self.__slots__:
@@ -81,7 +76,7 @@ class ScanBatch:
 
     def add(self, row: tuple) -> None:
         """Append one record given as a row (the columns' order)."""
-        for name, value in zip(self.__slots__, row):
+        for name, value in zip(self.COLUMNS, row):
             getattr(self, name).append(value)
 
     def extend_header_fields(self, n: int, phys, size, queue_id, queue_offset, store_ts,
@@ -96,88 +91,7 @@ class ScanBatch:
         self.sys_flag += sys_flag[:n]
 
     def rows(self) -> list[tuple]:
-        return list(zip(*(getattr(self, name) for name in self.__slots__)))
-
-
-_TOPICS: dict[bytes, str | None] = {}
-_TAG_CODES: dict[str, int] = {}
-_PROPS: dict[bytes, tuple | None] = {}
-
-
-def _topic(raw: bytes) -> str | None:
-    """The topic of `raw` (None when it is not UTF-8), cached."""
-    try:
-        topic = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        topic = None
-    if len(_TOPICS) >= _CACHE_MAX:
-        _TOPICS.clear()
-    _TOPICS[raw] = topic
-    return topic
-
-
-def _tags_code(tags: str) -> int:
-    code = _TAG_CODES.get(tags)
-    if code is None:
-        code = tags_code(tags)
-        if len(_TAG_CODES) >= _CACHE_MAX:
-            _TAG_CODES.clear()
-        _TAG_CODES[tags] = code
-    return code
-
-
-def _parse_properties(raw: bytes) -> tuple | None:
-    """(tag code, KEYS, UNIQ_KEY) of a property string; None when it is not UTF-8."""
-    try:
-        found = dict(_WANTED.findall("\x02" + raw.decode("utf-8")))
-    except UnicodeDecodeError:
-        return None
-    tags = found.get("TAGS")
-    return _tags_code(tags) if tags else 0, found.get("KEYS", ""), found.get("UNIQ_KEY", "")
-
-
-def _cached(template: bytes) -> tuple | None:
-    parsed = _PROPS.get(template, False)
-    if parsed is False:
-        parsed = _parse_properties(template)
-        if len(_PROPS) >= _CACHE_MAX:
-            _PROPS.clear()
-        _PROPS[template] = parsed
-    return parsed
-
-
-def _uniq_span(raw: bytes) -> tuple[int, int]:
-    """Where `_properties` takes the UNIQ_KEY value of `raw` from, as [a, b); (0, 0) when it
-    reads `raw` without cutting a value out (no UNIQ_KEY, or one it parses whole)."""
-    i = raw.find(_UNIQ)
-    if i < 0 or (i and raw[i - 1] != 2):
-        return 0, 0
-    j = raw.find(b"\x02", i)
-    j = len(raw) if j < 0 else j
-    parsed = _cached(raw[:i] + raw[j:])
-    if parsed is None or parsed[2] or j == i + len(_UNIQ):
-        return 0, 0
-    return i + len(_UNIQ), j
-
-
-def _properties(raw: bytes) -> tuple | None:
-    """`_parse_properties(raw)`, through the cache: the first UNIQ_KEY value (when it starts a
-    property) is cut out and the rest, the template, is parsed once. Its value stands unless
-    the template holds a later non-empty UNIQ_KEY, which would win (then `raw` is parsed whole).
-    The cuts fall on ASCII bytes, so `raw` is UTF-8 exactly when the template and value are."""
-    i = raw.find(_UNIQ)
-    if i < 0 or (i and raw[i - 1] != 2):
-        return _cached(raw) if i < 0 else _parse_properties(raw)
-    j = raw.find(b"\x02", i)
-    if j < 0:
-        j = len(raw)
-    parsed = _cached(raw[:i] + raw[j:])
-    if parsed is None or parsed[2] or j == i + len(_UNIQ):
-        return parsed if parsed is None else _parse_properties(raw)
-    try:
-        return parsed[0], parsed[1], raw[i + len(_UNIQ):j].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        return list(zip(*(getattr(self, name) for name in self.COLUMNS)))
 
 
 def _walk(buf, pos: int, end: int, room: int) -> list[int]:
@@ -257,7 +171,7 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
         if taken is not None:
             out.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
             return taken
-    crc32, topics, props_of = zlib.crc32, _TOPICS, _PROPS
+    crc32, topics, props_of = zlib.crc32, TOPICS, PROPS
     o_topic, o_tags, o_keys, o_uniq = out.topic.append, out.tags.append, out.keys.append, \
         out.uniq.append
     taken = 0
@@ -271,12 +185,12 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
                 tail = bytes(tail)                     # a bytearray or memoryview segment (tests)
             p = tail[0] + 1
             raw_topic = tail[1:p]
-            topic = topics.get(raw_topic) or _topic(raw_topic)
+            topic = topics.get(raw_topic) or topic_of(raw_topic)
             if topic is None or (check_crc and b"\x00" in raw_topic):
                 break
             if len(tail) > p + 2:
                 raw = tail[p + 2:]
-                parsed = props_of.get(raw) or _properties(raw)
+                parsed = props_of.get(raw) or properties(raw)
                 if parsed is None:
                     break
                 o_tags(parsed[0]), o_keys(parsed[1]), o_uniq(parsed[2])
@@ -291,30 +205,51 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     return taken
 
 
+def _first_tail(buf, t0: int, stop: int, check_crc: bool) -> tuple | None:
+    """The tail (topic and properties) of the record whose tail lies at [t0, stop), parsed:
+    (tail bytes, topic, (tag code, KEYS, UNIQ_KEY), [a, b) of the UNIQ_KEY value in the tail,
+    empty when the value is not cut out). None when the fast path cannot take it."""
+    tail = buf[t0:stop]
+    if tail.__class__ is not bytes:
+        tail = bytes(tail)                         # a bytearray or memoryview segment (tests)
+    p = tail[0] + 1
+    raw_topic, raw = tail[1:p], tail[p + 2:]
+    topic = topic_of(raw_topic)
+    parsed = properties(raw)
+    if topic is None or parsed is None or (check_crc and b"\x00" in raw_topic):
+        return None
+    a, b = uniq_span(raw)
+    a, b = (a + p + 2, b + p + 2) if b else (len(tail), len(tail))
+    return tail, topic, parsed, a, b
+
+
 def _take_uniform(buf, starts: list[int], tpos: list[int], size: list[int], crc: list[int],
                   check_crc: bool, out: ScanBatch) -> int | None:
     """`_take` for records whose topics and properties are byte for byte those of the first
-    record except inside its UNIQ_KEY value (a producer's batch): compared in one numpy step,
-    parsed once; the values are sliced out of one ASCII string. None when they are not all
-    alike; else how many leading records pass their CRC (all of them, mostly)."""
-    t0, n = tpos[0], len(starts)
-    tail = buf[t0:starts[0] + size[0]]
-    if tail.__class__ is not bytes:
-        tail = bytes(tail)
-    p = tail[0] + 1
-    raw_topic, raw = tail[1:p], tail[p + 2:]
-    topic = _topic(raw_topic)
-    parsed = _properties(raw)
-    if topic is None or parsed is None or (check_crc and b"\x00" in raw_topic):
+    record except inside its UNIQ_KEY value (a producer's batch): the tails are gathered into
+    one matrix and taken by `_take_alike`. None when they are not all alike."""
+    first = _first_tail(buf, tpos[0], starts[0] + size[0], check_crc)
+    if first is None:
         return None
-    a, b = _uniq_span(raw)
-    a, b = (a + p + 2, b + p + 2) if b else (len(tail), len(tail))
     at = np.array(tpos, np.int64)
-    if not (np.array(starts, np.int64) + size - at == len(tail)).all():
+    if not (np.array(starts, np.int64) + size - at == len(first[0])).all():
         return None
     u8 = np.frombuffer(buf, np.uint8)
-    rows = u8[at[:, None] + np.arange(len(tail), dtype=np.int64)]
+    rows = u8[at[:, None] + np.arange(len(first[0]), dtype=np.int64)]
     del u8
+    return _take_alike(buf, rows, first, starts, tpos, crc, check_crc, out)
+
+
+def _take_alike(buf, rows, first: tuple, starts: list[int], tpos: list[int], crc, check_crc: bool,
+                out: ScanBatch) -> int | None:
+    """Append the topic and property columns of records whose tails are the rows of `rows`
+    (the first one parsed as `first`), when every row equals the first outside the UNIQ_KEY
+    value and the values are ASCII without a separator: compared in one numpy step, parsed
+    once, the values sliced out of one ASCII string. None when they are not all alike; else
+    how many leading records pass their CRC (all of them, mostly). With check_crc `starts`
+    and `tpos` give each record's body span and `crc` the CRCs its header holds."""
+    _, topic, parsed, a, b = first
+    n = len(rows)
     ref = rows[0]
     values = rows[:, a:b]
     if not ((rows[:, :a] == ref[:a]).all() and (rows[:, b:] == ref[b:]).all()) \
@@ -328,17 +263,59 @@ def _take_uniform(buf, starts: list[int], tpos: list[int], size: list[int], crc:
                 slice, [s + _HEAD_SIZE for s in starts], tpos))), np.int64, n)
         finally:
             view.release()
-        bad = np.flatnonzero((sums & 0x7FFFFFFF) != np.array(crc, np.int64))
+        bad = np.flatnonzero((sums & 0x7FFFFFFF) != np.asarray(crc, np.int64))
         taken = int(bad[0]) if len(bad) else n
     out.topic += [topic] * taken
     out.tags += [parsed[0]] * taken
     out.keys += [parsed[1]] * taken
     if b > a:
-        joined = values[:taken].tobytes().decode("ascii")
+        units = np.ascontiguousarray(values[:taken])
+        joined = units.tobytes().decode("ascii")
         w = b - a
         out.uniq += [joined[i:i + w] for i in range(0, taken * w, w)]
+        out.uniq_units.append(units)
     else:
         out.uniq += [parsed[2]] * taken
+    return taken
+
+
+def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanBatch,
+                  room: int) -> int:
+    """Take a run of records of one size lying back to back from `pos` (a producer's batch of
+    equal messages) without a step per record: their frames, headers and tails are numpy
+    views with that size as stride, nothing gathered. The first record goes through the
+    struct check; the others must match it in size, body length and (outside the UNIQ_KEY
+    value) tail, and lie where they say, so that the same checks hold for them. Returns how
+    many records it appended, 0 when there is no such run of `NUMPY_MIN_RECORDS` records."""
+    total, magic = _FRAME.unpack_from(buf, pos)
+    count = min(room, (end - pos) // total) if magic == MAGIC_V1 and total >= _MIN_RECORD else 0
+    if count < NUMPY_MIN_RECORDS:
+        return 0
+    head = np.ndarray((count,), _HEADER_DTYPE, buf, pos, (total,))
+    ok, _, _, _, _, _, _, _, tpos = _headers_struct(buf, [pos], base, check_crc)
+    if not ok:
+        return 0
+    t0 = tpos[0]
+    ok = (head["total"] == total) & (head["magic"] == MAGIC_V1) \
+        & (head["body_len"] == t0 - pos - _HEAD_SIZE) & ((head["sys_flag"] & _V6_BITS) == 0) \
+        & (head["phys"] == np.arange(base + pos, base + pos + count * total, total))
+    n = count if ok.all() else int(ok.argmin())
+    first = _first_tail(buf, t0, pos + total, check_crc)
+    if first is None:
+        return 0
+    rows = np.ndarray((n, pos + total - t0), np.uint8, buf, t0, (total, 1))
+    if check_crc and first[4] == len(first[0]) > first[3] and (rows[:, -1] == 0).any():
+        return 0                        # a value ending in a torn write's zero (see core.codec)
+    starts = list(range(pos, pos + n * total, total)) if check_crc else ()
+    taken = _take_alike(buf, rows, first, starts, [s + t0 - pos for s in starts],
+                        head["crc"][:n], check_crc, out)
+    del rows
+    if not taken:
+        return 0
+    head = head[:taken]
+    out.extend_header_fields(taken, head["phys"].tolist(), [total] * taken,
+                             head["queue_id"].tolist(), head["queue_offset"].tolist(),
+                             head["store_ts"].tolist(), head["sys_flag"].tolist())
     return taken
 
 
@@ -364,6 +341,11 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
         room = max_records - len(out)
         if room <= 0:
             return pos, ScanEnd.LIMIT
+        if room >= NUMPY_MIN_RECORDS and end - pos >= 8:
+            taken = _take_strided(buf, pos, end, base, check_crc, out, room)
+            if taken:
+                pos += taken * out.size[-1]
+                continue
         starts = _walk(buf, pos, end, room)
         if starts:
             taken = _take(buf, starts, base, check_crc, out)

@@ -209,3 +209,29 @@ def test_small_batches_give_the_same_queues_and_index(parts, monkeypatch, tiny_c
                 parts.index.query_offset(topic, "b%d" % i, 5, 0, 1 << 62)[0] != []
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("batch_records", [1, 7, 1024])
+def test_plain_batches_of_one_queue_write_what_record_by_record_dispatch_writes(
+        parts, monkeypatch, batch_records):
+    """Batches of plain messages that are one run of one queue (the usual producer batch) take
+    the unsorted path and their UNIQ_KEYs are hashed from bytes: the entries, arrivals and
+    index hits are those of record-by-record dispatch."""
+    import core.dispatch
+    from core.codec import check_record
+    from core.consume_queue import ENTRY
+    monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", batch_records)
+    res = [parts.put(Message("T", b"body", queue_id=0 if i < 40 else 1, tags="t%d" % (i % 3),
+                             properties={"UNIQ_KEY": "%032X" % i})) for i in range(50)]
+    end = parts.log.get_max_offset()
+    assert parts.dispatcher.run(0, end) == (end, DispatchStop.DONE)
+    want = {0: b"", 1: b""}
+    for r in res:
+        req, _ = check_record(parts.log.read(r.wrote_offset, r.wrote_bytes), 0, r.wrote_bytes,
+                              True)
+        want[req.queue_id] += ENTRY.pack(req.commit_log_offset, req.msg_size, req.tags_code)
+    for q in (0, 1):
+        assert parts.cqs.find("T", q).get_entries(0, 100) == want[q]
+    assert max(a[2] for a in parts.arrived if a[:2] == ("T", 0)) == 40
+    for i in (0, 17, 39, 40, 49):
+        assert parts.index.query_offset("T", "%032X" % i, 5, 0, 1 << 62)[0] == [res[i].wrote_offset]

@@ -3,6 +3,7 @@ consume-queue tag code, the index key hash (|h| with Integer.MIN_VALUE mapped to
 subscription expressions matched by those codes."""
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -193,3 +194,15 @@ def test_index_key_hashes_with_a_prefix_hash_the_joined_keys(prefix, keys, one, 
     uniq = ["%032X" % (i * 2654435761) for i in range(40)]
     assert index_key_hashes(uniq, "BenchTopic#") == [index_key_hash("BenchTopic#" + k)
                                                        for k in uniq]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30), st.integers(0, 300), st.integers(0, 20), st.data())
+def test_index_key_hashes_of_a_byte_matrix_hash_its_rows_as_keys(prefix, width, n, data):
+    """Keys given as rows of ASCII bytes (what the dispatcher hands over for UNIQ_KEYs),
+    of any width, hash as the strings they spell."""
+    rows = data.draw(st.lists(st.binary(min_size=width, max_size=width).map(
+        lambda b: bytes(c & 0x7F for c in b)), min_size=n, max_size=n))
+    units = np.frombuffer(b"".join(rows), np.uint8).reshape(n, width)
+    keys = [r.decode("ascii") for r in rows]
+    assert index_key_hashes(units, prefix) == [index_key_hash(prefix + k) for k in keys]

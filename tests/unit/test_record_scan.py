@@ -10,6 +10,7 @@ import contextlib
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import core.record_props as record_props
 import core.record_scan as record_scan
 from core.codec import DispatchRequest, RecordCheck, check_record, encode_message, write_blank
 from core.message import Message
@@ -138,8 +139,8 @@ def test_property_strings_parse_as_the_reference_does(props, check_crc, numpy_mi
     for p in props + siblings:
         ref = _reference(with_properties(b"body", p, 0), 0, 1 << 20, False)
         want = None if ref is ScanEnd.CORRUPT else (ref[5], ref[7], ref[8])
-        assert record_scan._properties(p) == want
-        assert record_scan._properties(p) == want
+        assert record_props.properties(p) == want
+        assert record_props.properties(p) == want
     records, pos = [], 0
     for p in props + siblings:
         rec = with_properties(b"body", p, pos)
@@ -201,3 +202,60 @@ def test_alike_records_stop_at_a_bad_crc_and_at_a_separator_inside_the_value():
                 + b"\x02TAGS\x01t\x02")
     assert scan_all(sep, True, 1) == expected_scan(sep, True)
     assert [r[8] for r in scan_all(sep, True, 1)[2]][6:8] == ["AB", "A"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.lists(st.sampled_from([b"A", b"7", b"\x02", b"\x00", b"\xff", b"\x01"]),
+                                    min_size=0, max_size=6),
+       st.booleans(), st.sampled_from(["none", "zero_tail", "flip", "misplace", "resize"]),
+       st.sampled_from([1, 3, 1 << 20]), st.integers(1, 64), st.data())
+def test_equal_records_back_to_back_scan_as_the_reference_does(count, odd, check_crc, damage,
+                                                               numpy_min, max_records, data):
+    """A producer's batch: records of one size whose properties differ only in the UNIQ_KEY
+    value (taken by `_take_strided` without a step per record), with odd bytes in some values,
+    and torn, bit-flipped, misplaced or resized records among them: the same rows and stops as
+    check_record, for any pause (`max_records`)."""
+    values = [b"%04d" % i for i in range(count)]
+    for b in odd:
+        i = data.draw(st.integers(0, count - 1))
+        values[i] = values[i][:3] + b
+    at_end = data.draw(st.booleans())             # the value ends the property string
+    props = [(b"TAGS\x01t\x02UNIQ_KEY\x01" + v) if at_end else (b"UNIQ_KEY\x01" + v + b"\x02TAGS\x01t")
+             for v in values]
+    bodies = [b"body"] * count
+    if damage == "resize":
+        bodies[data.draw(st.integers(0, count - 1))] = b"bodyX"
+    records, pos = [], 0
+    for i, (body, p) in enumerate(zip(bodies, props)):
+        rec = bytearray(with_properties(body, p, pos))
+        rec[12:16] = (i % 3).to_bytes(4, "big")   # queue id (not covered by the body CRC)
+        records.append(bytes(rec))
+        pos += len(rec)
+    buf = bytearray(b"".join(records) + bytes(16))
+    if damage == "misplace":
+        i = data.draw(st.integers(0, count - 1))
+        start = sum(map(len, records[:i]))
+        buf[start + 28:start + 36] = (start + 1).to_bytes(8, "big")
+    elif damage in ("zero_tail", "flip"):
+        at = data.draw(st.integers(0, len(buf) - 17))
+        if damage == "zero_tail":
+            buf[at:] = bytes(len(buf) - at)
+        else:
+            buf[at] ^= 1 << data.draw(st.integers(0, 7))
+    reached, why, rows = expected_scan(buf, check_crc)
+    got = scan_all(buf, check_crc, numpy_min, max_records)
+    if len(rows) >= max_records:
+        reached, why, rows = sum(r[1] for r in rows[:max_records]), ScanEnd.LIMIT, rows[:max_records]
+    assert got == (reached, why, rows)
+
+
+def test_equal_records_are_taken_without_a_step_per_record(monkeypatch):
+    """The strided path takes a whole batch of equal records, and gives its UNIQ_KEYs as bytes too."""
+    buf = alike(40, lambda i: b"UNIQ_KEY\x01%04d\x02TAGS\x01t" % i, body_of=lambda i: b"body")
+    walked, walk = [], record_scan._walk
+    monkeypatch.setattr(record_scan, "_walk", lambda *a: walked.append(walk(*a)) or walked[-1])
+    out = ScanBatch()
+    assert scan_segment(buf, 0, len(buf), 0, True, out, 1 << 20) == (len(buf) - 16, ScanEnd.END)
+    assert walked == [[]]                                       # only the zeros at the end
+    assert out.uniq == ["%04d" % i for i in range(40)]
+    assert [bytes(r).decode() for u in out.uniq_units for r in u] == out.uniq
