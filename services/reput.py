@@ -8,7 +8,9 @@ PUB socket `reput.pub` (one entry per queue that grew, with its new max offset) 
 reader's long polling. Consume queues are flushed every `flush_interval_consume_queue` ms
 with `flush_consume_queue_least_pages`; every `flush_consume_queue_thorough_interval` ms and
 at drain, queues and index are flushed whole and then DISPATCHED_DURABLE, LOGICS_TS and
-INDEX_TS are raised (the flusher copies them into the checkpoint).
+INDEX_TS are raised (the flusher copies them into the checkpoint). When retention has moved
+MIN_PHY, consume-queue and index files that point only below it are deleted (at most every
+`clean_resource_interval` ms).
 
 A (re)started reput resumes from DISPATCHED_DURABLE, what is known to be on disk: it loads
 and recovers the queues and the index, and dispatching the range again is idempotent (an
@@ -67,6 +69,7 @@ class Reput(ServiceLoop):
         self._moved = False
         now = time.monotonic()
         self._last_cq_flush = self._last_thorough = now
+        self._next_clean, self._cleaned_to = now, -1          # a first pass at start
         self.pub = make_socket(self.ctx, zmq.PUB)
         bind_ipc(self.pub, ipc_endpoint(self.run_dir, "reput.pub"))
         log.info("reput starts at %d (CONFIRM %d, DISPATCHED %d)", self.reput_from,
@@ -135,6 +138,7 @@ class Reput(ServiceLoop):
     def run_once(self) -> None:
         self._moved = self.dispatch_once()
         self._flush_due()
+        self._clean_due()
 
     def _flush_due(self) -> None:
         now = time.monotonic()
@@ -147,6 +151,24 @@ class Reput(ServiceLoop):
             self.persist()
         else:
             self.cq_store.flush(cfg.flush_consume_queue_least_pages)
+
+    def _clean_due(self) -> None:
+        """RocketMQ's CleanConsumeQueueService: once retention has moved MIN_PHY, delete the
+        consume-queue and index files that point only below it (never a queue's last file),
+        at most every `clean_resource_interval` ms."""
+        now = time.monotonic()
+        if now < self._next_clean:
+            return
+        self._next_clean = now + self.config.clean_resource_interval / 1000
+        min_phy = self.cb.get(Word.MIN_PHY)
+        if min_phy <= self._cleaned_to:
+            return
+        self._cleaned_to = min_phy
+        queues = self.cq_store.delete_expired(min_phy)
+        indexes = self.index.delete_expired_file(min_phy) if self.index is not None else 0
+        if queues or indexes:
+            log.info("the log starts at %d now: deleted %d consume-queue and %d index files "
+                     "that pointed only below it", min_phy, queues, indexes)
 
     def persist(self) -> None:
         """Flush queues and index whole, then say how far they are durable."""
