@@ -17,32 +17,34 @@ from core.hashing import tags_code
 _WANTED = re.compile("\x02(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]+)")
 _UNIQ = b"UNIQ_KEY\x01"
 _CACHE_MAX = 65536
+_MISSING = object()
 
 TOPICS: dict[bytes, str | None] = {}
 PROPS: dict[bytes, tuple | None] = {}
 _TAG_CODES: dict[str, int] = {}
 
 
+def _memo(cache: dict, key, compute):
+    """cache[key], computed and stored on a miss; the cache is emptied when it is full."""
+    value = cache.get(key, _MISSING)
+    if value is _MISSING:
+        value = compute(key)
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def topic_of(raw: bytes) -> str | None:
     """The topic of `raw` (None when it is not UTF-8), cached in TOPICS."""
-    try:
-        topic = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        topic = None
-    if len(TOPICS) >= _CACHE_MAX:
-        TOPICS.clear()
-    TOPICS[raw] = topic
-    return topic
-
-
-def _tags_code(tags: str) -> int:
-    code = _TAG_CODES.get(tags)
-    if code is None:
-        code = tags_code(tags)
-        if len(_TAG_CODES) >= _CACHE_MAX:
-            _TAG_CODES.clear()
-        _TAG_CODES[tags] = code
-    return code
+    return _memo(TOPICS, raw, _decode)
 
 
 def _parse_properties(raw: bytes) -> tuple | None:
@@ -52,31 +54,31 @@ def _parse_properties(raw: bytes) -> tuple | None:
     except UnicodeDecodeError:
         return None
     tags = found.get("TAGS")
-    return _tags_code(tags) if tags else 0, found.get("KEYS", ""), found.get("UNIQ_KEY", "")
+    return _memo(_TAG_CODES, tags, tags_code) if tags else 0, found.get("KEYS", ""), \
+        found.get("UNIQ_KEY", "")
 
 
-def _cached(template: bytes) -> tuple | None:
-    parsed = PROPS.get(template, False)
-    if parsed is False:
-        parsed = _parse_properties(template)
-        if len(PROPS) >= _CACHE_MAX:
-            PROPS.clear()
-        PROPS[template] = parsed
-    return parsed
+def _cut(raw: bytes) -> tuple[int, int, tuple | None] | None:
+    """(start, end, parsed template) of the first UNIQ_KEY value of `raw` when it starts a
+    property and the template (raw without that value) alone decides the other fields; None
+    when `raw` must be read whole (no UNIQ_KEY, one inside a value, an empty value, a
+    template that is not UTF-8 or holds a later non-empty UNIQ_KEY)."""
+    i = raw.find(_UNIQ)
+    if i < 0 or (i and raw[i - 1] != 2):
+        return None
+    j = raw.find(b"\x02", i)
+    j = len(raw) if j < 0 else j
+    parsed = _memo(PROPS, raw[:i] + raw[j:], _parse_properties)
+    if parsed is None or parsed[2] or j == i + len(_UNIQ):
+        return None
+    return i + len(_UNIQ), j, parsed
 
 
 def uniq_span(raw: bytes) -> tuple[int, int]:
     """Where `properties` takes the UNIQ_KEY value of `raw` from, as [a, b); (0, 0) when it
     reads `raw` without cutting a value out (no UNIQ_KEY, or one it parses whole)."""
-    i = raw.find(_UNIQ)
-    if i < 0 or (i and raw[i - 1] != 2):
-        return 0, 0
-    j = raw.find(b"\x02", i)
-    j = len(raw) if j < 0 else j
-    parsed = _cached(raw[:i] + raw[j:])
-    if parsed is None or parsed[2] or j == i + len(_UNIQ):
-        return 0, 0
-    return i + len(_UNIQ), j
+    cut = _cut(raw)
+    return (0, 0) if cut is None else cut[:2]
 
 
 def properties(raw: bytes) -> tuple | None:
@@ -85,16 +87,9 @@ def properties(raw: bytes) -> tuple | None:
     the template, is parsed once. Its value stands unless the template holds a later non-empty
     UNIQ_KEY, which would win (then `raw` is parsed whole). The cuts fall on ASCII bytes, so
     `raw` is UTF-8 exactly when the template and value are."""
-    i = raw.find(_UNIQ)
-    if i < 0 or (i and raw[i - 1] != 2):
-        return _cached(raw) if i < 0 else _parse_properties(raw)
-    j = raw.find(b"\x02", i)
-    if j < 0:
-        j = len(raw)
-    parsed = _cached(raw[:i] + raw[j:])
-    if parsed is None or parsed[2] or j == i + len(_UNIQ):
-        return parsed if parsed is None else _parse_properties(raw)
-    try:
-        return parsed[0], parsed[1], raw[i + len(_UNIQ):j].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    cut = _cut(raw)
+    if cut is None:
+        return _memo(PROPS, raw, _parse_properties) if raw.find(_UNIQ) < 0 else _parse_properties(raw)
+    a, b, parsed = cut
+    value = _decode(raw[a:b])
+    return None if value is None else (parsed[0], parsed[1], value)
