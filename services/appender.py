@@ -19,6 +19,9 @@ zeroed durably, [DISPATCHED, WROTE) re-validated, the topic-queue table rebuilt 
 consume queues (read-only) and those records, the pool buffer of the current segment
 re-attached; the endpoint is bound only then.
 
+Put replies to a client that asks for it (`"coalesce": true`) are held to the end of the round
+and sent together (services/append_outbox).
+
 Every second it emits a `stats` event: `puts` and `bytes` ({topic: n}) stored since the last
 event, and `latency` ({status: {bucket_ms: count}}) of the put requests answered since then
 (services/append_waiters.PutStats says how buckets count).
@@ -43,6 +46,7 @@ from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_re
 from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
+from services.append_outbox import ReplyOutbox
 from services.append_pool import SharedPool
 from services.append_request import MsgIdArray, pack_reply, parse_put, parse_put_batch, peer_host
 from services.append_waiters import FlushWaiters, Parked, PutStats
@@ -76,6 +80,7 @@ class Appender(ServiceLoop):
             self.pool.segment_of_next_borrow = lambda: self.commitlog.queue.files[-1].file_from_offset
         self.topics: TopicTable | None = None
         self.waiters = FlushWaiters()
+        self.outbox = ReplyOutbox()
         self.stats = PutStats()
         self.handlers = Handlers()
         self.handlers.op("put")(self._put)
@@ -145,6 +150,7 @@ class Appender(ServiceLoop):
         self._take_requests()
         self._finish_group()
         self._answer_waiters()
+        self.outbox.send(self.front)
         now = time.monotonic()
         if now >= self.next_stats:
             self.next_stats = now + 1.0
@@ -231,7 +237,10 @@ class Appender(ServiceLoop):
     # -- replies -------------------------------------------------------------------------
     def _reply_put(self, identity: bytes, fields: dict, status: str, received: float) -> None:
         fields["status"] = status
-        self._send(identity, [pack_reply(fields)])
+        if identity in self.outbox.coalescing:
+            self.outbox.hold(identity, pack_reply(fields))   # sent at the end of the round
+        else:
+            self._send(identity, [pack_reply(fields)])
         self.stats.replied(status, time.perf_counter() - received)
 
     def _send(self, identity: bytes, frames: list) -> None:
@@ -267,11 +276,15 @@ class Appender(ServiceLoop):
 
     def _put(self, env, frames, received):
         self._is_put = True
+        if env.get("coalesce") is True:
+            self.outbox.asked(self._identity)
         req = parse_put(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
         return self._store(env.get("rid", 0), req, False, received)
 
     def _put_batch(self, env, frames, received):
         self._is_put = True
+        if env.get("coalesce") is True:
+            self.outbox.asked(self._identity)
         req = parse_put_batch(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
         return self._store(env.get("rid", 0), req, True, received)
 
@@ -369,10 +382,12 @@ class Appender(ServiceLoop):
         or FLUSH_DISK_TIMEOUT at their deadline."""
         self._take_requests()
         self._finish_group()
+        self.outbox.send(self.front)
         while self.waiters:
             self.wait_for_running(self.interval_ms)
             self._take_requests()
             self._answer_waiters()
+            self.outbox.send(self.front)
         self.emit("stats", **self.stats.take())
         self.commitlog.shutdown()
 

@@ -1,0 +1,62 @@
+"""Combined put replies (docs/PROTOCOL.md, "Combined replies"), with the real write services:
+under SYNC_FLUSH, puts parked while the flusher is stopped are answered in one round when it
+resumes, so a client that asked for it gets them in one message, and a client that did not
+gets one message per reply."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ipc.protocol import pack, unpack
+from tests.integration.harness import RawClient, ServiceHarness
+from tests.integration.test_write_services import WRITE, config, put_ok, read_back  # noqa: F401
+
+
+def park_puts(h, client, rids, coalesce):
+    """Send puts (the last one a batch) while the flusher is stopped, then let it go."""
+    flusher = h.procs["flusher"]
+    os.kill(flusher.pid, signal.SIGSTOP)
+    try:
+        for rid in rids[:-1]:
+            client.sock.send_multipart([pack({"op": "put", "rid": rid, "topic": "C", "queue_id": 0,
+                                              "coalesce": coalesce}), b"body-%d" % rid])
+        client.sock.send_multipart([pack({"op": "put_batch", "rid": rids[-1], "topic": "C",
+                                          "queue_id": 0, "sizes": [2, 2], "coalesce": coalesce}),
+                                    b"b1b2"])
+        time.sleep(0.5)                          # all appended and parked, none answered
+        assert not client.sock.poll(0)
+    finally:
+        os.kill(flusher.pid, signal.SIGCONT)
+
+
+def receive(client, timeout=10.0) -> list:
+    assert client.sock.poll(timeout * 1000)
+    return client.sock.recv_multipart()
+
+
+def test_parked_replies_come_in_one_message_to_a_client_that_asks(config):
+    cfg = config(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=10_000)
+    with ServiceHarness(cfg, WRITE) as h:
+        c = RawClient(h.endpoint("appender"))
+        first = put_ok(c, "C", b"first", queue_id=0, coalesce=True)   # one reply: a single message
+        park_puts(h, c, [101, 102, 103, 104], True)
+        frames = receive(c)
+        assert frames[0] == b""
+        replies = [unpack(f) for f in frames[1:]]
+        assert [r["rid"] for r in replies] == [101, 102, 103, 104]
+        assert all(r["status"] == "PUT_OK" for r in replies)
+        assert [r["queue_offset"] for r in replies] == [1, 2, 3, 4]
+        assert replies[-1]["count"] == 2 and len(replies[-1]["msg_ids"]) == 2
+        assert first["queue_offset"] == 0
+        # Another client, which did not ask: one message per reply.
+        other = RawClient(h.endpoint("appender"))
+        park_puts(h, other, [201, 202, 203], False)
+        singles = [receive(other) for _ in range(3)]
+        assert all(len(m) == 1 for m in singles)
+        assert sorted(unpack(m[0])["rid"] for m in singles) == [201, 202, 203]
+        c.close()
+        other.close()
+    bodies = [m.body for m in read_back(cfg, "C", 0)]
+    assert bodies == [b"first", b"body-101", b"body-102", b"body-103", b"b1", b"b2",
+                      b"body-201", b"body-202", b"b1", b"b2"]
