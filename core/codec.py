@@ -187,7 +187,8 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         return PutMessageStatus.MESSAGE_ILLEGAL
     try:
         props_s, pairs, tags, keys = _properties_string(msg)
-    except (TypeError, AttributeError):
+        tag_hash = tags_code(tags)
+    except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
         return PutMessageStatus.MESSAGE_ILLEGAL
     props_b = props_s.encode("utf-8")
     if len(props_b) > MAX_PROPERTIES_BYTES:
@@ -214,7 +215,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         size, _HEADERS[len(born), len(store)], zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
         msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
-        tags_code(tags), keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
+        tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
 
 
 def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,

@@ -12,13 +12,14 @@ import time
 
 from core.batch_encode import PreparedBatch
 from core.codec import (
-    BLANK_SIZE, PHYS_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
+    BLANK_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
+from core.record_encode import POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS
 from core.fileops import FileOps
 from core.mapped_file_queue import MappedFileQueue
 from core.message import (
-    SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
+    SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
     host_to_bytes,
 )
 from core.prefault import PrefaultAhead
@@ -46,6 +47,7 @@ class CommitLog:
         self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
         self.max_message_size = config.max_message_size
         self._writing = None              # the segment being appended to, held mapped
+        self._target = None               # where its bytes go: its mapping or its pool buffer
         self._prefault: PrefaultAhead | None = None     # started with the first append
 
     # -- append --------------------------------------------------------------------------
@@ -70,8 +72,7 @@ class CommitLog:
                 counted = (rec.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
                 qoff = table.get(key, 0) if counted else 0
                 base = mf.file_from_offset
-                target = mf.write_buffer if mf.write_buffer is not None else mf.buf
-                mf.wrote_position = write_record(target, pos, rec, qoff, base + pos, store_ts)
+                mf.wrote_position = write_record(self._target, pos, rec, qoff, base + pos, store_ts)
                 mf.store_timestamp = store_ts
                 if counted:
                     table[key] = qoff + 1
@@ -81,6 +82,42 @@ class CommitLog:
                 self.begin_time_in_lock = 0
         return AppendMessageResult(AppendMessageStatus.PUT_OK, base + pos, size, store_ts,
                                    qoff, 1, self.store_host_bytes, (size,))
+
+    def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:
+        """Append one record as `core.record_encode.encode_record` gives it (the single put)."""
+        size = len(data)
+        if size + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            store_ts = time.time_ns() // 1_000_000
+            self.begin_time_in_lock = store_ts
+            try:
+                mf = self._writing
+                if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
+                    mf = self._segment_with_room(size)
+                    if mf is None:
+                        return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                pos = mf.wrote_position
+                phys = mf.file_from_offset + pos
+                key = (topic, queue_id)
+                table = self.topic_queue_table
+                counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+                qoff = table.get(key, 0) if counted else 0
+                target = self._target
+                end = pos + size
+                target[pos:end] = data
+                _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
+                _STORE_TS.pack_into(target, pos + (68 if sys_flag & SYSFLAG_BORNHOST_V6 else 56), store_ts)
+                mf.wrote_position = end
+                if counted:
+                    table[key] = qoff + 1
+                mf.store_timestamp = store_ts
+                if self._prefault is not None:
+                    self._prefault.wrote(mf, end)
+            finally:
+                self.begin_time_in_lock = 0
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, phys, size, store_ts, qoff, 1,
+                                   self.store_host_bytes, (size,))
 
     def _append_locked_ts(self, recs, total, store_ts) -> AppendMessageResult:
         self.begin_time_in_lock = store_ts
@@ -103,19 +140,11 @@ class CommitLog:
                 self.begin_time_in_lock = 0
 
     def _append_locked(self, recs, total, store_ts) -> AppendMessageResult:
-        mf = self._writable_segment()
+        mf = self._segment_with_room(total)
         if mf is None:
             return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
         pos = mf.wrote_position
-        if total + BLANK_SIZE > self.file_size - pos:
-            target = mf.write_buffer if mf.write_buffer is not None else mf.buf
-            write_blank(target, pos, self.file_size - pos)
-            mf.wrote_position = self.file_size
-            mf = self._writable_segment()
-            if mf is None:
-                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
-            pos = 0
-        target = mf.write_buffer if mf.write_buffer is not None else mf.buf
+        target = self._target
         columns = recs.__class__ is PreparedBatch
         first = recs.first if columns else recs[0]
         key = (first.topic, first.queue_id)
@@ -141,13 +170,26 @@ class CommitLog:
         return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_ts, qoff,
                                    len(recs), self.store_host_bytes, sizes)
 
+    def _segment_with_room(self, total: int):
+        """The segment to append `total` bytes to, after a blank record and a roll when the held
+        one lacks the room; None when no segment can be had."""
+        mf = self._writable_segment()
+        if mf is None:
+            return None
+        pos = mf.wrote_position
+        if total + BLANK_SIZE > self.file_size - pos:
+            write_blank(self._target, pos, self.file_size - pos)
+            mf.wrote_position = self.file_size
+            mf = self._writable_segment()
+        return mf
+
     def _writable_segment(self):
         mf = self._writing
         if mf is not None and not mf.is_full and mf.available:
             return mf
         if mf is not None:
             mf.release()
-            self._writing = None
+            self._writing = self._target = None
         try:
             mf = self.queue.get_last_mapped_file(0, create=True)
         except OSError:
@@ -158,6 +200,7 @@ class CommitLog:
         if buf is None:
             return None
         self._writing = mf
+        self._target = mf.write_buffer if mf.write_buffer is not None else buf
         if self._prefault is None and isinstance(buf, mmap.mmap):
             self._prefault = PrefaultAhead(self.queue)
         return mf
@@ -167,7 +210,7 @@ class CommitLog:
         with self.put_lock:
             if self._writing is not None:
                 self._writing.release()
-                self._writing = None
+                self._writing = self._target = None
 
     def is_os_page_cache_busy(self) -> bool:
         begin = self.begin_time_in_lock

@@ -9,10 +9,11 @@ undispatched. Reads are delegated to `StoreReader`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import errno
 import logging
 import time
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from core.checkpoint import StoreCheckpoint
 from core.batch_encode import PreparedBatch, prepare_batch_records
@@ -23,8 +24,9 @@ from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
-from core.message import PROPERTY_UNIQ_KEY
+from core.message import PROPERTY_UNIQ_KEY, Message
 from core.read_path import StoreReader
+from core.record_encode import encode_record
 from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
 from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus
@@ -39,33 +41,52 @@ S = PutMessageStatus
 _SHARED_FIELDS = attrgetter("topic", "queue_id", "tags", "keys", "flag", "born_timestamp",
                             "born_host", "store_host", "sys_flag", "reconsume_times",
                             "prepared_transaction_offset")
+_PROPERTIES = attrgetter("properties")
+_BODY = attrgetter("body")
+_UNIQ = itemgetter(PROPERTY_UNIQ_KEY)
+_MESSAGE_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Message)))
 
 
 def _batch_template(msgs):
     """(template, UNIQ_KEYs or None) when the messages differ only in body and UNIQ_KEY, so
-    that the batch is encoded once (`prepare_batch`); None otherwise."""
+    that the batch is encoded once (`prepare_batch`); None otherwise. Each test runs over the
+    whole batch at once (map, list.count)."""
+    n = len(msgs)
+    shared_fields = list(map(_SHARED_FIELDS, msgs))
+    if shared_fields.count(shared_fields[0]) != n:
+        return None
     first = msgs[0]
-    want = _SHARED_FIELDS(first)
-    props = first.properties or {}
+    all_props = list(map(_PROPERTIES, msgs))
+    props = all_props[0] or {}
     if PROPERTY_UNIQ_KEY not in props:
-        for m in msgs:
-            if _SHARED_FIELDS(m) != want or m.properties != first.properties:
-                return None
-        return copy.copy(first), None
+        if all_props.count(all_props[0]) != n:
+            return None
+        return _copy_message(first), None
+    try:
+        lengths = list(map(len, all_props))
+        keys = list(map(_UNIQ, all_props))
+    except (TypeError, LookupError):                   # no properties, or no UNIQ_KEY
+        return None
+    if lengths.count(len(props)) != n or set(map(type, keys)) != {str}:
+        return None
     shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY}
-    count = len(props)
-    keys = []
-    for m in msgs:
-        p = m.properties
-        if _SHARED_FIELDS(m) != want or not p or len(p) != count:
-            return None
-        key = p.get(PROPERTY_UNIQ_KEY)
-        if key.__class__ is not str or (shared and any(p.get(k) != v for k, v in shared.items())):
-            return None
-        keys.append(key)
-    template = copy.copy(first)
+    if shared and any(p.get(k) != v for p in all_props for k, v in shared.items()):
+        return None
+    template = _copy_message(first)
     template.properties = shared
     return template, keys
+
+
+def _copy_message(msg):
+    """copy.copy of a message, without the reduce protocol for a plain Message."""
+    return Message(*_MESSAGE_FIELDS(msg)) if msg.__class__ is Message else copy.copy(msg)
+
+
+def _bodies_size(bodies) -> int:
+    """The bytes of a batch's bytes and bytearray bodies (others are refused later)."""
+    if set(map(type, bodies)) == {bytes}:
+        return sum(map(len, bodies))
+    return sum(len(b) for b in bodies if isinstance(b, (bytes, bytearray)))
 
 
 class MessageStore:
@@ -100,6 +121,7 @@ class MessageStore:
         self.reput_service: ReputService | None = None
         self.recovery_report = None
         self._sync_flush = config.is_sync_flush
+        self._is_slave = config.is_slave
         self.loaded = False
         self.running = False
         self.shut_down = False
@@ -212,17 +234,17 @@ class MessageStore:
         return None
 
     def put_message(self, msg) -> PutMessageResult:
-        if not self.running or self.flags.bits or self.config.is_slave:
+        if not self.running or self.flags.bits or self._is_slave:
             status = self._check_store_status()            # some flags (NOT_READABLE) allow puts
             if status is not None:
                 return PutMessageResult(status)
         commitlog = self.commitlog
-        rec = commitlog.prepare(msg)
+        rec = encode_record(msg, commitlog.max_message_size, commitlog.store_host_bytes)
         if rec.__class__ is PutMessageStatus:
             return PutMessageResult(rec)
         if commitlog.begin_time_in_lock and commitlog.is_os_page_cache_busy():
             return PutMessageResult(S.OS_PAGECACHE_BUSY)
-        result = commitlog.append(rec)
+        result = commitlog.append_encoded(*rec)
         if result.status is not AppendMessageStatus.PUT_OK:
             return self._append_failed(result)
         if self._sync_flush and msg.wait_store_msg_ok:
@@ -237,11 +259,12 @@ class MessageStore:
         if not msgs:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         first = msgs[0]
-        if sum(len(m.body) for m in msgs if isinstance(m.body, (bytes, bytearray))) > self.config.max_message_size:
+        bodies = list(map(_BODY, msgs))
+        if _bodies_size(bodies) > self.config.max_message_size:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         shared = _batch_template(msgs)
         if shared is not None:
-            recs = prepare_batch_records(shared[0], [m.body for m in msgs], self.config.max_message_size,
+            recs = prepare_batch_records(shared[0], bodies, self.config.max_message_size,
                                          self.commitlog.store_host_bytes, shared[1])
             if recs.__class__ is PutMessageStatus:
                 return PutMessageResult(recs)

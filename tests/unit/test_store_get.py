@@ -174,7 +174,14 @@ def test_offset_too_small_after_commitlog_files_expire(store):
     segments = len(store.commitlog.queue.files)
     assert segments >= 4
     assert store.delete_expired_files() == 0           # nothing is 72 hours old
-    deleted = store.delete_expired_files(clean_immediately=True)
+    # A segment a background thread (flush, reput, prefault) holds that moment is deleted on a
+    # later pass, as RocketMQ's cleaner retries a file still in use: pass again a few times.
+    deleted = 0
+    for _ in range(200):
+        deleted += store.delete_expired_files(clean_immediately=True)
+        if deleted >= segments - 1:
+            break
+        time.sleep(0.005)
     assert deleted == segments - 1                      # never the last segment
     min_phys = store.get_min_phy_offset()
     assert min_phys == deleted * SEG
