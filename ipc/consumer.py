@@ -7,25 +7,28 @@ committed offset, else its min offset (`start="earliest"`) or max offset (`"late
 offset the store no longer has is corrected with the `next_begin_offset` of the reply, as
 RocketMQ's pull consumer does.
 
-Pulls use the "raw" format and return `ipc.received.ReceivedMessage` views decoded on
-demand. They are pipelined (docs/PROTOCOL.md, "Pipelining pulls"): up to `max_in_flight` are
-outstanding, a queue's next pull goes out as soon as the reply before it is taken in (before
-`poll` returns, so the reader works while the application does), and a queue with a backlog
-has up to `pipeline_depth` pulls outstanding: the first at its next offset, the others
-speculative, each one stride further (the count of the last full reply) and below the queue's
-last known max offset. A queue's replies are taken in offset order (one that comes early
-waits for its predecessor); when a reply ends elsewhere than where the next outstanding pull
-starts (a short batch, a tag filter, an error), the queue's other pulls are abandoned (their
-replies are dropped) and pulling goes on from `next_begin_offset`. Every queue gets its first
-pull before any gets a speculative one, round robin, so none starves. Pulls are held by the
-reader (long polling, `long_poll_ms`); with more queues than `max_in_flight` they are held only
-briefly and not pipelined, so that every queue gets its turn. At most `max_buffered` received
-messages wait in the client before pulling pauses. A seek abandons the queue's outstanding
-pulls and drops its buffered messages. With a `tag_filter` the reader filters by tag hash code
-and the client re-checks the tag string (hash codes can collide). Offsets are committed every
-`auto_commit_interval_ms` by `poll` (positions of messages returned by earlier polls), by
-`commit()`, and at `close()`. Queues are assigned explicitly (`queues=`) or all of the topic's;
-there is no rebalancing between the members of a group. A Consumer is meant for one thread.
+Pulls use the "raw" format and return `ipc.received.ReceivedMessage` views decoded on demand.
+Each asks the reader to repeat it (`repeat`, docs/PROTOCOL.md) up to `max_msgs` messages in
+all, so that one round trip brings what many pulls under the store's transfer limits (32
+messages each by default) would. They are pipelined (docs/PROTOCOL.md, "Pipelining pulls"): up
+to `max_in_flight` are outstanding, a queue's next pull goes out as soon as the reply before
+it is taken in (before `poll` returns, so the reader works while the application does), and a
+queue with a backlog has up to `pipeline_depth` pulls outstanding: the first at its next
+offset, the others speculative, each one stride further (the count of the last full reply) and
+below the queue's last known max offset. A queue's replies are taken in offset order (one that
+comes early waits for its predecessor); when a reply ends elsewhere than where the next
+outstanding pull starts (a short batch, a tag filter, an error), the queue's other pulls are
+abandoned (their replies are dropped) and pulling goes on from `next_begin_offset`. Every
+queue gets its first pull before any gets a speculative one, round robin, so none starves.
+Pulls are held by the reader (long polling, `long_poll_ms`); with more queues than
+`max_in_flight` they are held only briefly and not pipelined, so that every queue gets its
+turn. At most `max_buffered` received messages wait in the client before pulling pauses. A
+seek abandons the queue's outstanding pulls and drops its buffered messages. With a
+`tag_filter` the reader filters by tag hash code and the client re-checks the tag string (hash
+codes can collide). Offsets are committed every `auto_commit_interval_ms` by `poll` (positions
+of messages returned by earlier polls), by `commit()`, and at `close()`. Queues are assigned
+explicitly (`queues=`) or all of the topic's; there is no rebalancing between the members of a
+group. A Consumer is meant for one thread.
 """
 from __future__ import annotations
 
@@ -87,7 +90,8 @@ class Consumer:
         self.last_error: str | None = None
         self._conn = connection or Connection(address, store=store, timeout=timeout)
         self._own = connection is None
-        fields = {"group": group, "topic": topic, "max_msgs": max_msgs, "format": "raw"}
+        # repeat: the reader answers a pull with as many pulls in a row as max_msgs allows
+        fields = {"group": group, "topic": topic, "max_msgs": max_msgs, "format": "raw", "repeat": max_msgs}
         if tag_filter is not None:
             fields["tag_filter"] = tag_filter
         self._pulls = PullPipeline(self._conn, fields, self._tags, self.max_in_flight, self.pipeline_depth,

@@ -1,11 +1,12 @@
 """Messages as clients receive them.
 
 `ReceivedMessage` is a view of one CommitLog record inside a pull reply in the "raw" format
-(frame 1 = stored records concatenated, docs/FORMAT.md). Splitting a frame unpacks each
-record's fixed header once (one struct call, which also gives TOTALSIZE, the step to the next
-record); the variable tail (topic, properties, tags, keys) is parsed on the first access of
-one of those, hosts only when asked, and the body is sliced when read. A consumer that reads
-only `body` and offsets never parses properties.
+(frame 1 = stored records concatenated, docs/FORMAT.md). Splitting a frame reads four fields
+of each record (TOTALSIZE, the step to the next record; MAGIC; SYSFLAG; BODYLEN) with one
+struct call and keeps only where the body is: a message is one small object. The fixed
+header (offsets, timestamps, hosts) is unpacked on the first access of one of its fields, the
+variable tail (topic, properties, tags, keys) on the first access of one of those, and the
+body is sliced when read. A consumer that reads only `body` never unpacks more.
 
 `message_from_fields` builds a `core.MessageExt` from a reply in the "fields" format
 (a metadata map per message plus one frame of concatenated bodies), as `query_by_key`,
@@ -26,6 +27,7 @@ from core.message import (
 # STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
 _HEADERS = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
 _HEADER_V4 = _HEADERS[8, 8]
+_LEAN = struct.Struct(">ii28xi44xi")     # TOTALSIZE MAGIC SYSFLAG BODYLEN of a v1 IPv4 record
 _V4_SIZE = _HEADER_V4.size
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _MIN_RECORD = 91
@@ -34,21 +36,27 @@ _I64 = struct.Struct(">q")
 
 
 class ReceivedMessage:
-    """One stored message: its header fields, decoded when the frame was split, and the rest
-    decoded on demand from the frame. Attribute names are those of `core.MessageExt` (plus
-    `phys_offset`)."""
+    """One stored message, decoded on demand from the frame: its body position and length are
+    known from the split, the fixed header fields are unpacked at the first access of one of
+    them, the variable tail at the first access of topic, tags, keys or properties. Attribute
+    names are those of `core.MessageExt` (plus `phys_offset`)."""
 
-    __slots__ = ("_buf", "_h", "_p", "_t")
+    __slots__ = ("_buf", "_p", "_n", "_h", "_t")
 
-    def __init__(self, buf: bytes, header: tuple, body_pos: int):
+    def __init__(self, buf: bytes, body_pos: int, body_len: int, header: tuple | None = None):
         self._buf = buf
-        self._h = header    # the header struct's fields, TOTALSIZE .. BODYLEN
         self._p = body_pos
-        self._t = None      # (topic, tags, keys, properties)
+        self._n = body_len
+        self._h = header    # TOTALSIZE .. BODYLEN; None until asked (a v1 record, IPv4 hosts)
+        self._t = None      # (topic, tags, keys, properties), when asked
+
+    def _header(self) -> tuple:
+        self._h = h = _HEADER_V4.unpack_from(self._buf, self._p - _V4_SIZE)
+        return h
 
     def _tail(self) -> tuple:
-        h, buf = self._h, self._buf
-        p = self._p + h[14]
+        h, buf = self._h or self._header(), self._buf
+        p = self._p + self._n
         if h[1] == MAGIC_V1:
             topic_len = buf[p]
             p += 1
@@ -67,67 +75,67 @@ class ReceivedMessage:
     # -- fixed fields --------------------------------------------------------------------
     @property
     def store_size(self) -> int:
-        return self._h[0]
+        return (self._h or self._header())[0]
 
     @property
     def body_crc(self) -> int:
-        return self._h[2]
+        return (self._h or self._header())[2]
 
     @property
     def queue_id(self) -> int:
-        return self._h[3]
+        return (self._h or self._header())[3]
 
     @property
     def flag(self) -> int:
-        return self._h[4]
+        return (self._h or self._header())[4]
 
     @property
     def queue_offset(self) -> int:
-        return self._h[5]
+        return (self._h or self._header())[5]
 
     @property
     def phys_offset(self) -> int:
-        return self._h[6]
+        return (self._h or self._header())[6]
 
     commit_log_offset = phys_offset
 
     @property
     def sys_flag(self) -> int:
-        return self._h[7]
+        return (self._h or self._header())[7]
 
     @property
     def born_timestamp(self) -> int:
-        return self._h[8]
+        return (self._h or self._header())[8]
 
     @property
     def store_timestamp(self) -> int:
-        return self._h[10]
+        return (self._h or self._header())[10]
 
     @property
     def reconsume_times(self) -> int:
-        return self._h[12]
+        return (self._h or self._header())[12]
 
     @property
     def prepared_transaction_offset(self) -> int:
-        return self._h[13]
+        return (self._h or self._header())[13]
 
     @property
     def body(self) -> bytes:
         p = self._p
-        return self._buf[p:p + self._h[14]]
+        return self._buf[p:p + self._n]
 
     @property
     def born_host(self) -> tuple:
-        return bytes_to_host(self._h[9])
+        return bytes_to_host((self._h or self._header())[9])
 
     @property
     def store_host(self) -> tuple:
-        return bytes_to_host(self._h[11])
+        return bytes_to_host((self._h or self._header())[11])
 
     @property
     def msg_id(self) -> str:
         """The offset message id: store host address + port + physical offset, upper-case hex."""
-        h = self._h
+        h = self._h or self._header()
         return (h[11] + _I64.pack(h[6])).hex().upper()
 
     # -- variable fields -----------------------------------------------------------------
@@ -178,23 +186,23 @@ def split_records(buf) -> list:
     it is another buffer). Anything that is not a whole record (a blank, a bad magic, a length
     that runs past the end) raises ValueError: the frame is not what the protocol says.
 
-    Version-1 records with IPv4 hosts (nearly all) go through a lean loop: one unpack of the
-    header, a few comparisons, the view. At the first other record (v2 magic, an IPv6 host) or
-    anything doubtful, the record-by-record loop takes over from there; it has the final word
-    on what is a record and says where a bad frame went wrong."""
+    Version-1 records with IPv4 hosts (nearly all) go through a lean loop: one unpack of four
+    header fields, a few comparisons, the view (its header unpacked later, when asked). At the
+    first other record (v2 magic, an IPv6 host) or anything doubtful, the record-by-record loop
+    takes over from there; it has the final word on what is a record and says where a bad
+    frame went wrong."""
     if type(buf) is not bytes:
         buf = bytes(buf)
     out: list = []
     append, cls = out.append, ReceivedMessage
-    unpack = _HEADER_V4.unpack_from
+    unpack = _LEAN.unpack_from
     pos, end = 0, len(buf)
     try:
         while pos < end:
-            h = unpack(buf, pos)
-            total = h[0]
-            if h[1] != MAGIC_V1 or h[7] & _V6_BITS or not 0 <= h[14] <= total - _MIN_RECORD:
+            total, magic, sys_flag, body_len = unpack(buf, pos)
+            if magic != MAGIC_V1 or sys_flag & _V6_BITS or not 0 <= body_len <= total - _MIN_RECORD:
                 break
-            append(cls(buf, h, pos + _V4_SIZE))
+            append(cls(buf, pos + _V4_SIZE, body_len))
             pos += total
     except struct.error:
         pass                                       # a short tail: the careful loop says so
@@ -222,7 +230,7 @@ def _split_carefully(buf: bytes, pos: int, out: list) -> None:
             if (h[1] != MAGIC_V1 and h[1] != MAGIC_V2) or total < _MIN_RECORD or pos + total > end \
                     or h[14] < 0 or size + h[14] > total:
                 raise ValueError(f"no whole record at {pos} of a {end}-byte frame")
-            out.append(ReceivedMessage(buf, h, pos + size))
+            out.append(ReceivedMessage(buf, pos + size, h[14], h))
             pos += total
     except struct.error:
         raise ValueError(f"a truncated record at {pos} of a {end}-byte frame") from None

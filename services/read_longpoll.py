@@ -25,6 +25,7 @@ class PullRequest:
     tag_filter: str | None
     poll_ms: int
     raw: bool
+    repeat: int = 1                  # pulls one reply may hold (docs/PROTOCOL.md, `repeat`)
 
     @property
     def key(self) -> tuple[str, int]:

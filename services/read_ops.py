@@ -58,13 +58,16 @@ def parse_pull(env: dict) -> PullRequest:
     queue_id, offset = env.get("queue_id"), env.get("offset")
     max_msgs, poll_ms = env.get("max_msgs", 32), env.get("poll_ms", 0)
     fmt, tag_filter = env.get("format", "fields"), env.get("tag_filter")
+    repeat = env.get("repeat", 1)
     if (type(group) is str and group in _valid_names and type(topic) is str and topic in _valid_names
             and type(queue_id) is int and 0 <= queue_id <= INT32_MAX
             and type(offset) is int and 0 <= offset <= INT64_MAX
             and type(max_msgs) is int and 1 <= max_msgs <= MAX_PULL_MSGS
             and type(poll_ms) is int and 0 <= poll_ms <= MAX_POLL_MS
-            and (fmt == "raw" or fmt == "fields") and (tag_filter is None or type(tag_filter) is str)):
-        return PullRequest(group, topic, queue_id, offset, max_msgs, tag_filter, poll_ms, fmt == "raw")
+            and (fmt == "raw" or fmt == "fields") and (tag_filter is None or type(tag_filter) is str)
+            and type(repeat) is int and 1 <= repeat <= MAX_PULL_MSGS):
+        return PullRequest(group, topic, queue_id, offset, max_msgs, tag_filter, poll_ms, fmt == "raw",
+                           repeat)
     req = _parse_pull_fields(env)
     if len(_valid_names) >= _VALID_NAMES_LIMIT:
         _valid_names.clear()
@@ -81,7 +84,8 @@ def _parse_pull_fields(env: dict) -> PullRequest:
         queue_id=_queue_id(env), offset=field(env, "offset", int, minimum=0, maximum=INT64_MAX),
         max_msgs=field(env, "max_msgs", int, 32, minimum=1, maximum=MAX_PULL_MSGS),
         tag_filter=field(env, "tag_filter", str, None),
-        poll_ms=field(env, "poll_ms", int, 0, minimum=0, maximum=MAX_POLL_MS), raw=fmt == "raw")
+        poll_ms=field(env, "poll_ms", int, 0, minimum=0, maximum=MAX_POLL_MS), raw=fmt == "raw",
+        repeat=field(env, "repeat", int, 1, minimum=1, maximum=MAX_PULL_MSGS))
 
 
 def wait_cursor(result, offset: int) -> int | None:
@@ -149,7 +153,8 @@ class ReadOps:
             dispatched = self.cb.get(Word.DISPATCHED)
             if dispatched != cq.checked_dispatched:
                 cq.refresh_max(dispatched)
-        return self.store_reader.pull(cq, offset, req.max_msgs, req.tag_filter, views=req.raw)
+        return self.store_reader.pull(cq, offset, req.max_msgs, req.tag_filter, views=req.raw,
+                                      repeat=req.repeat)
 
     def pull_reply(self, rid: int, req: PullRequest, result) -> list:
         env = {"rid": rid, "status": result.status.value,

@@ -136,7 +136,10 @@ def test_a_backlog_does_not_starve_the_other_queues(store):
     queues = per_queue(got)
     assert all([m.queue_offset for m in queues[q]] == list(range(20)) for q in (1, 2, 3))
     assert [m.queue_offset for m in queues.get(0, [])] == list(range(len(queues.get(0, []))))
-    assert len(queues.get(0, [])) < 4000                 # the short queues were not kept waiting
+    # The short queues were not kept waiting: their messages came before most of the backlog
+    # (counted by position in what polls returned; one poll may bring several big replies).
+    last_short = max(i for i, m in enumerate(got) if m.queue_id != 0)
+    assert sum(1 for m in got[:last_short] if m.queue_id == 0) < 4000
 
 
 def test_tag_filter_with_pipelining(store):

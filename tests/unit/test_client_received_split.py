@@ -68,8 +68,8 @@ def test_a_bad_byte_anywhere_is_refused_or_still_whole_records(kinds, data):
     if slow is None:
         assert fast is None                              # refused by both
     else:                                                # e.g. a flipped body byte: still records
-        assert fast is not None and [v._p for v in fast] == [v._p for v in slow]
-        assert [v._h for v in fast] == [v._h for v in slow]
+        assert fast is not None and [(v._p, v._n) for v in fast] == [(v._p, v._n) for v in slow]
+        assert [v._h or v._header() for v in fast] == [v._h for v in slow]
 
 
 def test_truncated_and_overlong_frames():
@@ -99,3 +99,17 @@ def test_truncated_and_overlong_frames():
         else:
             raise AssertionError("a blank was accepted")
     assert decode_message(recs[1]).queue_offset == split_records(frame[len(recs[0]):])[0].queue_offset
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(KINDS), st.binary(max_size=64)), min_size=1, max_size=8),
+       st.sampled_from(["body", "queue_offset", "topic", "msg_id", "store_host"]))
+def test_the_lean_loop_defers_the_header_and_decodes_the_same_whatever_is_read_first(specs, first):
+    recs = [make(kind, i, body) for i, (kind, body) in enumerate(specs)]
+    views = split_records(b"".join(recs))
+    lean = next((i for i, (kind, _) in enumerate(specs) if kind != "v4"), len(specs))
+    for i, (view, rec, (kind, body)) in enumerate(zip(views, recs, specs)):
+        assert (view._h is None) == (i < lean)          # the lean loop, up to the first other kind
+        getattr(view, first)                            # any first access, then everything agrees
+        same(view, rec)
+        assert view.body == body and view._h is not None

@@ -29,8 +29,10 @@ def test_common_request_and_defaults():
     assert again.raw and again.max_msgs == 1024 and again.key == ("orders", 3)
     minimal = {"op": "pull", "rid": 2, "group": "g1", "topic": "orders", "queue_id": 0, "offset": 0}
     req = parse_pull(minimal)
-    assert (req.max_msgs, req.poll_ms, req.raw, req.tag_filter) == (32, 0, False, None)
-    nils = dict(minimal, max_msgs=None, poll_ms=None, format=None, tag_filter=None)
+    assert (req.max_msgs, req.poll_ms, req.raw, req.tag_filter, req.repeat) == (32, 0, False, None, 1)
+    assert parse_pull(dict(BASE, repeat=1024)) == _parse_pull_fields(dict(BASE, repeat=1024))
+    assert parse_pull(dict(BASE, repeat=1024)).repeat == 1024
+    nils = dict(minimal, max_msgs=None, poll_ms=None, format=None, tag_filter=None, repeat=None)
     assert parse_pull(nils) == req
 
 
@@ -43,6 +45,8 @@ def test_common_request_and_defaults():
     ("max_msgs", 1025, ErrorCode.BAD_FIELD), ("max_msgs", 3.0, ErrorCode.BAD_FIELD),
     ("poll_ms", 600_001, ErrorCode.BAD_FIELD), ("format", "json", ErrorCode.BAD_FIELD),
     ("format", 1, ErrorCode.BAD_FIELD), ("tag_filter", 5, ErrorCode.BAD_FIELD),
+    ("repeat", 0, ErrorCode.BAD_FIELD), ("repeat", 1025, ErrorCode.BAD_FIELD),
+    ("repeat", True, ErrorCode.BAD_FIELD), ("repeat", "2", ErrorCode.BAD_FIELD),
 ])
 def test_bad_fields_are_named_even_after_good_requests(field, value, code):
     parse_pull(dict(BASE))                               # the names are cached now
@@ -61,6 +65,7 @@ def test_bad_fields_are_named_even_after_good_requests(field, value, code):
     "poll_ms": st.one_of(st.integers(-1, 600_002), st.none()),
     "format": st.sampled_from(["raw", "fields", "RAW", None, 0]),
     "tag_filter": st.sampled_from(["*", "A || B", "", None, 1]),
+    "repeat": st.one_of(st.integers(-1, 1026), st.booleans(), st.none()),
 }))
 def test_inline_check_agrees_with_the_careful_one(env):
     parse_pull(dict(BASE))                               # cache the common names

@@ -63,6 +63,12 @@ def build(tmp_path, **overrides):
     return ours, walk, theirs, end
 
 
+def plain(reader, *args):
+    """The fast path's answer alone (None when it declines)."""
+    found = reader._plain_pull(*args)
+    return found and found[0]
+
+
 def answer(result) -> tuple:
     records = [bytes(r) for r in iter_records(getattr(result, "chunks", None) or [])] or \
         list(getattr(result, "buffers", []))
@@ -92,7 +98,7 @@ def test_every_pull_answers_as_the_store_reader(tmp_path, overrides):
                 assert answer(a) == answer(walk.get_message("g", "T", queue_id, offset, max_msgs, None))
                 cq = ours.cq_store.find("T", queue_id)
                 lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-                if offset < hi and ours._plain_pull(cq, offset, max_msgs, lo, hi) is not None:
+                if offset < hi and plain(ours, cq, offset, max_msgs, lo, hi) is not None:
                     fast += 1
     if overrides.get("access_message_in_memory_max_ratio") == 0:
         assert fast == 0                                 # on disk: never the fast path
@@ -104,23 +110,23 @@ def test_fast_path_takes_the_common_case_and_leaves_the_rest(tmp_path):
     ours, walk, _, end = build(tmp_path)
     cq = ours.cq_store.find("T", 0)
     lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-    got = ours._plain_pull(cq, 0, 32, lo, hi)
+    got = plain(ours, cq, 0, 32, lo, hi)
     assert got is not None and got.status is S.FOUND and got.count == 32
     assert answer(got) == answer(walk.pull(cq, 0, 32))
     assert len(got.chunks) > 1                           # several runs (batches) in one answer
     # The entries of one consume-queue segment end at 64: a pull from 60 answers 4, as the walk.
-    tail = ours._plain_pull(cq, 60, 32, lo, hi)
+    tail = plain(ours, cq, 60, 32, lo, hi)
     assert tail is not None and tail.count == 4 and answer(tail) == answer(walk.pull(cq, 60, 32))
     # Not readable yet (the view of the log ends early): the walk answers what is readable.
     ours.commitlog.set_end(end // 2)
-    partial = [o for o in range(hi) if ours._plain_pull(cq, o, 32, lo, hi) is None]
+    partial = [o for o in range(hi) if plain(ours, cq, o, 32, lo, hi) is None]
     assert partial
     for o in range(hi):
         assert answer(ours.pull(cq, o, 32)) == answer(walk.pull(cq, o, 32))
     ours.commitlog.set_end(end)
     # Gone (retention moved the start of the log): the walk skips what was removed.
     ours.commitlog.set_min(SEG)
-    assert ours._plain_pull(cq, 0, 32, lo, hi) is None
+    assert plain(ours, cq, 0, 32, lo, hi) is None
     for o in range(0, hi, 3):
         assert answer(ours.pull(cq, o, 32)) == answer(walk.pull(cq, o, 32))
 
