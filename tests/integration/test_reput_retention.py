@@ -48,8 +48,8 @@ def test_consume_queue_and_index_files_below_the_log_start_are_deleted(harness):
     # Every CQ file whose last entry points below MIN_PHY is gone; the one holding the first
     # kept message stays.
     first_file = kept[0] * 20 // CQ_FILE * CQ_FILE
-    assert wait_for(lambda: cq_files_left()[0] == first_file, 10), cq_files_left()
-    assert wait_for(lambda: len(files(h.config.index_dir)) < 3, 10)
+    assert wait_for(lambda: cq_files_left()[0] == first_file, 30), cq_files_left()
+    assert wait_for(lambda: len(files(h.config.index_dir)) < 3, 30)
     rep, _ = pull(client, offset=0)
     assert (rep["status"], rep["next_begin_offset"]) == ("OFFSET_TOO_SMALL", kept[0])
     rep, frames = pull(client, offset=kept[0], max_msgs=5)
