@@ -263,15 +263,20 @@ class Connection:
                     frame = sock.recv(_NOBLOCK, copy=False)
                     extra.append(frame.buffer)
                     more = frame.more
-                try:
-                    env = unpack(head.buffer)
-                    entry = pending.pop(env["rid"], None)
-                except Exception:
-                    log.warning("dropped a reply that is not a protocol envelope")
-                    continue
-                if entry is not None:                # None: a reply after its timeout
-                    busy[entry[2]] -= 1
-                    done.append((entry, env, extra))
+                if len(head.buffer):
+                    replies = ((head.buffer, extra),)
+                else:                                # combined put replies: one map per frame
+                    replies = [(frame, []) for frame in extra]
+                for raw, frames in replies:
+                    try:
+                        env = unpack(raw)
+                        entry = pending.pop(env["rid"], None)
+                    except Exception:
+                        log.warning("dropped a reply that is not a protocol envelope")
+                        continue
+                    if entry is not None:            # None: a reply after its timeout
+                        busy[entry[2]] -= 1
+                        done.append((entry, env, frames))
         if self._next_expiry <= time.monotonic():
             self._expire_locked(done)
         return done

@@ -249,7 +249,7 @@ def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id
     props = {str(k): str(v) for k, v in properties.items()} if properties else {}
     uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
     props[UNIQ_KEY] = uniq
-    fields = {"topic": topic, "properties": props}
+    fields = {"topic": topic, "properties": props, "coalesce": True}   # combined replies welcome
     if queue_id is not None:
         fields["queue_id"] = queue_id
     if flag:
@@ -304,6 +304,7 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         # Bodies only: one UNIQ_KEY list instead of a map per message (the store encodes the
         # batch once and varies only the key).
         fields = {"topic": topic, "sizes": list(map(len, items)), "uniq_keys": keys}
+    fields["coalesce"] = True                         # combined replies welcome
     if queue_id is not None:
         fields["queue_id"] = queue_id
     if not wait:

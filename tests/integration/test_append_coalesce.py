@@ -60,3 +60,29 @@ def test_parked_replies_come_in_one_message_to_a_client_that_asks(config):
     bodies = [m.body for m in read_back(cfg, "C", 0)]
     assert bodies == [b"first", b"body-101", b"body-102", b"body-103", b"b1", b"b2",
                       b"body-201", b"body-202", b"b1", b"b2"]
+
+
+def test_the_producer_takes_combined_replies(tmp_path):
+    """ipc.Producer asks for combined replies: puts parked while the flusher is stopped come
+    back in one message, and every future gets its own result."""
+    from ipc import Producer
+    from tests.integration.supervised import SupervisedStore
+    store = SupervisedStore(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=10_000).start()
+    try:
+        with Producer(store.address) as p:
+            assert p.send("P", b"warm", queue_id=0).ok
+            flusher = store.service("flusher")["pid"]
+            os.kill(flusher, signal.SIGSTOP)
+            try:
+                futures = [p.send_async("P", b"m%d" % i, queue_id=0) for i in range(5)]
+                futures.append(p.send_batch_async("P", [b"b1", b"b2", b"b3"], queue_id=0))
+                time.sleep(0.5)
+                assert not any(f.done() for f in futures)
+            finally:
+                os.kill(flusher, signal.SIGCONT)
+            results = [f.result(timeout=10) for f in futures]
+        assert all(r.ok for r in results)
+        assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5, 6]
+        assert results[-1].count == 3 and len(results[-1].msg_ids) == 3
+    finally:
+        store.ensure_stopped()

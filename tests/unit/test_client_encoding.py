@@ -22,7 +22,7 @@ def roundtrip(fields: dict, op: str) -> dict:
 
 def test_put_minimal_fields():
     fields, frames, uniq = encode_put("orders", b"hello")
-    assert fields == {"topic": "orders", "properties": {UNIQ_KEY: uniq}}
+    assert fields == {"topic": "orders", "properties": {UNIQ_KEY: uniq}, "coalesce": True}
     assert frames == [b"hello"]
 
 
@@ -31,7 +31,7 @@ def test_put_all_fields():
                                       properties={"a": 1}, queue_id=3, flag=9, wait=False)
     assert frames == ["héllo".encode()]
     assert fields == {"topic": "orders", "queue_id": 3, "flag": 9, "tags": "TagA", "keys": ["k1", "k2"],
-                      "properties": {"a": "1", UNIQ_KEY: uniq}, "wait": False}
+                      "properties": {"a": "1", UNIQ_KEY: uniq}, "wait": False, "coalesce": True}
 
 
 def test_put_keeps_a_caller_uniq_key():
