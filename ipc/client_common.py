@@ -42,6 +42,22 @@ def normalize_address(address: str) -> str:
     return f"tcp://{address}"
 
 
+_WILDCARDS = ("0.0.0.0", "[::]", "*", "[::0]")
+
+
+def reachable_endpoint(endpoint: str, front: str) -> str:
+    """An endpoint from `hello` as this client can reach it: a store that listens on every
+    interface (`--host 0.0.0.0` or `::`) names its services by that wildcard, which is no
+    address to connect to from elsewhere, so the host the client reached the front door at
+    takes its place (`tcp://0.0.0.0:10913` via `tcp://10.1.2.3:10911` -> `tcp://10.1.2.3:10913`)."""
+    scheme, sep, rest = endpoint.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" or not sep or host not in _WILDCARDS:
+        return endpoint
+    front_host = front.partition("://")[2].rpartition(":")[0]
+    return f"tcp://{front_host}:{port}" if front_host and front_host not in _WILDCARDS else endpoint
+
+
 def resolve_address(address: str | None = None, store: str | None = None) -> str:
     """The front door's address: `address` when given, else `<store>/run/address`
     (`store` defaults to ./store-data, as `mqstore start` does)."""

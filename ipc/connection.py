@@ -39,7 +39,7 @@ from core.heap import keep_freed_heap
 from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
     DEFAULT_STORE, ConnectionClosed, MQError, ReplyFuture, normalize_address, raise_for_error,
-    resolve_address,
+    reachable_endpoint, resolve_address,
 )
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
 from ipc.sockets import make_socket
@@ -369,6 +369,7 @@ class Connection:
             endpoint = env.get(name)
             if not isinstance(endpoint, str):
                 raise ConnectionError(f"hello reply without a {name} endpoint")
+            endpoint = reachable_endpoint(endpoint, self.address)
             if self.endpoints.get(name) != endpoint:
                 self._open(name, endpoint)
         self.info = env

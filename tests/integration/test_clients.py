@@ -365,3 +365,20 @@ def test_stop_through_admin(tmp_path):
         assert not os.path.exists(s.path("abort"))
     finally:
         s.ensure_stopped()
+
+
+def test_a_store_on_every_interface_is_reached_at_the_clients_address(tmp_path):
+    """`mqstore start --host 0.0.0.0`: hello names the services by the wildcard; the client
+    connects to them at the host it reached the front door at."""
+    s = SupervisedStore(tmp_path, name="wild", **CONFIG).start("--host", "0.0.0.0")
+    try:
+        port = s.address.rpartition(":")[2]
+        with Producer(f"tcp://127.0.0.1:{port}") as p:
+            assert p.send("Wild", b"reached").ok
+            assert all(e.startswith("tcp://127.0.0.1:") for n, e in p._conn.endpoints.items()
+                       if n != "front")
+        with Consumer(f"127.0.0.1:{port}", "g", "Wild", auto_commit=False) as c:
+            got = consume(c, 1)
+        assert [m.body for m in got] == [b"reached"]
+    finally:
+        s.ensure_stopped()

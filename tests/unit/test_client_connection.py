@@ -212,3 +212,16 @@ def test_callbacks_may_send_requests(peers):
         assert first.result(5)[0]["echo"] == 1
         assert c.wait(lambda: chained and chained[0].done(), 5)
         assert chained[0].result()[0]["echo"] == 2
+
+
+def test_wildcard_endpoints_take_the_host_the_front_door_was_reached_at():
+    """Regression: a store started with --host 0.0.0.0 named its appender and reader
+    tcp://0.0.0.0:PORT in hello, which a client on another machine cannot connect to."""
+    from ipc.client_common import reachable_endpoint
+    front = "tcp://10.1.2.3:10911"
+    assert reachable_endpoint("tcp://0.0.0.0:10913", front) == "tcp://10.1.2.3:10913"
+    assert reachable_endpoint("tcp://[::]:10914", "tcp://[fd00::7]:10911") == "tcp://[fd00::7]:10914"
+    assert reachable_endpoint("tcp://*:10913", "tcp://store.example:10911") == "tcp://store.example:10913"
+    assert reachable_endpoint("tcp://10.9.9.9:10913", front) == "tcp://10.9.9.9:10913"   # a real host
+    assert reachable_endpoint("tcp://0.0.0.0:10913", "tcp://0.0.0.0:10911") == "tcp://0.0.0.0:10913"
+    assert reachable_endpoint("ipc:///run/appender.sock", front) == "ipc:///run/appender.sock"
