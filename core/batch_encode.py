@@ -155,21 +155,16 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
 
 
 def _header_rows(first: PreparedRecord, n: int, sizes: list, bodies: list) -> np.ndarray:
-    """The n headers with every field but the three set at append."""
-    rows = np.zeros(n, _DTYPES[len(first.born_host), len(first.store_host)])
-    fixed = first.size - sizes[0]
+    """The n headers with every field but the three set at append: the first record's header
+    repeated, then the sizes and CRCs of each."""
+    template = first.header.pack(first.size, MAGIC_V1, first.crc, first.queue_id, first.flag, 0, 0,
+                                 first.sys_flag, first.born_timestamp, first.born_host, 0,
+                                 first.store_host, first.reconsume_times, first.prepared_offset,
+                                 sizes[0])
+    rows = np.frombuffer(bytearray(template * n), _DTYPES[len(first.born_host), len(first.store_host)])
     sizes_a = np.array(sizes, np.int32)
-    rows["size"] = sizes_a + fixed
-    rows["magic"] = MAGIC_V1
+    rows["size"] = sizes_a + (first.size - sizes[0])
     rows["crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
-    rows["queue_id"] = first.queue_id
-    rows["flag"] = first.flag
-    rows["sys_flag"] = first.sys_flag
-    rows["born_ts"] = first.born_timestamp
-    rows["born_host"] = first.born_host
-    rows["store_host"] = first.store_host
-    rows["reconsume"] = first.reconsume_times
-    rows["prepared"] = first.prepared_offset
     rows["body_len"] = sizes_a
     return rows
 
