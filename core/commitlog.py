@@ -15,7 +15,7 @@ from core.codec import (
     BLANK_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
-from core.record_encode import POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS
+from core.record_encode import POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared
 from core.fileops import FileOps
 from core.mapped_file_queue import MappedFileQueue
 from core.message import (
@@ -55,36 +55,12 @@ class CommitLog:
         return prepare_record(msg, self.max_message_size, self.store_host_bytes)
 
     def append(self, rec: PreparedRecord) -> AppendMessageResult:
-        """Append one prepared record (the single-put fast path of append_batch)."""
-        size = rec.size
-        if size + BLANK_SIZE > self.file_size:
-            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
-        with self.put_lock:
-            store_ts = time.time_ns() // 1_000_000
-            mf = self._writing
-            if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
-                return self._append_locked_ts([rec], size, store_ts)
-            self.begin_time_in_lock = store_ts
-            try:
-                pos = mf.wrote_position
-                key = (rec.topic, rec.queue_id)
-                table = self.topic_queue_table
-                counted = (rec.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
-                qoff = table.get(key, 0) if counted else 0
-                base = mf.file_from_offset
-                mf.wrote_position = write_record(self._target, pos, rec, qoff, base + pos, store_ts)
-                mf.store_timestamp = store_ts
-                if counted:
-                    table[key] = qoff + 1
-                if self._prefault is not None:
-                    self._prefault.wrote(mf, mf.wrote_position)
-            finally:
-                self.begin_time_in_lock = 0
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, base + pos, size, store_ts,
-                                   qoff, 1, self.store_host_bytes, (size,))
+        """Append one prepared record (as `append_encoded` does the bytes of one)."""
+        return self.append_encoded(*encode_prepared(rec))
 
     def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:
-        """Append one record as `core.record_encode.encode_record` gives it (the single put)."""
+        """Append one record as `core.record_encode.encode_record` gives it (the single put):
+        one copy into the segment, then QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP set."""
         size = len(data)
         if size + BLANK_SIZE > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)

@@ -1,12 +1,13 @@
-"""One message encoded as its whole CommitLog record, for the single put (`MessageStore.put_message`).
+"""One message encoded as its whole CommitLog record, for the single put (`MessageStore.put_message`
+and the appender's `put`).
 
 `encode_record` gives the record's bytes (DESIGN.md section 3) with QUEUEOFFSET,
 PHYSICALOFFSET and STORETIMESTAMP left zero: the appender copies the bytes into the segment
 and patches those three fields in place (`CommitLog.append_encoded`), so the work done under
 the append lock is one copy and two small packs.
 
-The common message (a bytes body, a topic seen before, str TAGS and KEYS, a dict of string
-properties, a known born host) is encoded in one pass here. Anything else, and anything
+The common message (a bytes-like body, a topic seen before, properties joined by
+`core.codec._properties_string`, a known born host) is encoded in one pass here. Anything else, and anything
 the store might refuse, goes through `core.codec.prepare_record`, whose checks and statuses
 are the reference; this module never refuses a message by itself. Tests hold the two paths
 to byte equality.
@@ -18,13 +19,12 @@ import zlib
 
 from core.codec import (
     _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
-    prepare_record, write_record,
+    _properties_string, prepare_record, write_record,
 )
-from core.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
-)
+from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.status import PutMessageStatus
 
+_BODY_TYPES = (bytes, bytearray, memoryview)
 _HOST_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
 POSITIONS = struct.Struct(">qq")          # QUEUEOFFSET PHYSICALOFFSET, at QUEUE_OFFSET_POS
 STORE_TIMESTAMP = struct.Struct(">q")     # at 56, or 68 after an IPv6 born host
@@ -41,25 +41,12 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         topic = msg.topic
         head = _TOPICS.get(topic)                  # TOPICLENGTH TOPIC of a legal topic seen before
         queue_id = msg.queue_id
-        props = msg.properties
-        if body.__class__ is not bytes or not head or queue_id.__class__ is not int \
-                or not 0 <= queue_id < 0x80000000 or len(body) > max_message_size \
-                or props.__class__ is not dict:
+        if body.__class__ not in _BODY_TYPES or not head or queue_id.__class__ is not int \
+                or not 0 <= queue_id < 0x80000000 or len(body) > max_message_size:
             return _general(msg, max_message_size, store_host_bytes)
-        tags = msg.tags
-        keys = msg.keys
-        if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
-                or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props or "  " in keys
-                              or keys[0] == " " or keys[-1] == " ")):
+        s, n, tags, _ = _properties_string(msg)
+        if tags and tags.__class__ is not str:            # prepare_record refuses its tag code
             return _general(msg, max_message_size, store_host_bytes)
-        n = len(props)
-        s = "\x02".join(map("\x01".join, props.items())) + "\x02" if n else ""   # TypeError: not str
-        if tags:
-            s += "TAGS\x01" + tags + "\x02"
-            n += 1
-        if keys:
-            s += "KEYS\x01" + keys + "\x02"
-            n += 1
         props_b = s.encode("utf-8")
         born = _HOSTS.get(msg.born_host)
         sys_flag = msg.sys_flag

@@ -37,6 +37,7 @@ import zmq
 
 from core.batch_encode import prepare_batch_records
 from core.codec import prepare_record
+from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
@@ -295,7 +296,7 @@ class Appender(ServiceLoop):
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
             return [pack({"rid": rid, "status": recs.value})]
-        result = self.commitlog.append_batch(recs) if batch else self.commitlog.append(recs[0])
+        result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             return [pack({"rid": rid, "status": append_status_to_put(result.status).value})]
         self.last_store_ts = result.store_timestamp
@@ -336,7 +337,8 @@ class Appender(ServiceLoop):
         return qid
 
     def _prepare(self, req, qid: int, batch: bool):
-        """The engine's prepared records of a request, or the PutMessageStatus refusing it."""
+        """The engine's prepared records of a request (of a single put: its record's bytes, as
+        `encode_record` gives them), or the PutMessageStatus refusing it."""
         msgs = req.messages
         max_size, host = self.max_size, self.store_host
         if batch and req.body_bytes > max_size:
@@ -344,6 +346,9 @@ class Appender(ServiceLoop):
         if req.bodies is not None:
             msgs[0].queue_id = qid
             return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block)
+        if not batch:                                         # one message: its record's bytes
+            msgs[0].queue_id = qid
+            return encode_record(msgs[0], max_size, host)
         recs = []
         for m in msgs:
             m.queue_id = qid
