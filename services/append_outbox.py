@@ -10,12 +10,6 @@ map per frame. A single reply is sent as usual.
 """
 from __future__ import annotations
 
-import logging
-
-import zmq
-
-log = logging.getLogger("mqstore.appender")
-_SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 MAX_PEERS = 10_000
 
 
@@ -34,18 +28,10 @@ class ReplyOutbox:
     def hold(self, identity: bytes, reply: bytes) -> None:
         self._held.setdefault(identity, []).append(reply)
 
-    def send(self, sock: zmq.Socket) -> None:
-        """Send what the round held: one message per client."""
+    def send(self, send) -> None:
+        """Send what the round held, one message per client, through `send(identity, frames)`."""
         if not self._held:
             return
         held, self._held = self._held, {}
         for identity, replies in held.items():
-            try:
-                sock.send(identity, _SNDMORE_NOBLOCK)
-                if len(replies) > 1:
-                    sock.send(b"", _SNDMORE_NOBLOCK)
-                    for reply in replies[:-1]:
-                        sock.send(reply, _SNDMORE_NOBLOCK)
-                sock.send(replies[-1], zmq.NOBLOCK)
-            except zmq.ZMQError as e:            # the client is gone (EHOSTUNREACH) or not reading
-                log.warning("%d replies dropped: %s", len(replies), e)
+            send(identity, replies if len(replies) == 1 else [b"", *replies])

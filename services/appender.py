@@ -151,7 +151,7 @@ class Appender(ServiceLoop):
         self._take_requests()
         self._finish_group()
         self._answer_waiters()
-        self.outbox.send(self.front)
+        self.outbox.send(self._send)
         now = time.monotonic()
         if now >= self.next_stats:
             self.next_stats = now + 1.0
@@ -387,12 +387,12 @@ class Appender(ServiceLoop):
         or FLUSH_DISK_TIMEOUT at their deadline."""
         self._take_requests()
         self._finish_group()
-        self.outbox.send(self.front)
+        self.outbox.send(self._send)
         while self.waiters:
             self.wait_for_running(self.interval_ms)
             self._take_requests()
             self._answer_waiters()
-            self.outbox.send(self.front)
+            self.outbox.send(self._send)
         self.emit("stats", **self.stats.take())
         self.commitlog.shutdown()
 
