@@ -55,7 +55,7 @@ def test_repeated_pulls_answer_as_single_pulls_in_a_row(tmp_path, monkeypatch, p
     for queue_id in (0, 1, 2):
         cq = ours.cq_store.find("T", queue_id)
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        for offset in range(0, hi + 2, 3):
+        for offset in range(0, hi + 2, 5):
             for max_msgs, repeat in ((1, 5), (7, 2), (32, 3), (100, 40), (1024, 1024)):
                 want = by_single_pulls(theirs, queue_id, offset, max_msgs, None, repeat)
                 got = ours.pull(cq, offset, max_msgs, None, views=queue_id == 1, repeat=repeat)
@@ -113,7 +113,7 @@ def entries(draw):
     return raw, len(out), draw(st.integers(1, 40)), draw(st.integers(0, 3000)), end, low, seg, limit
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(entries(), st.sampled_from([300, 5000, 1 << 30]))
 def test_both_planners_plan_the_same(args, cap):
     read_pull.MAX_REPEAT_BYTES, saved = cap, read_pull.MAX_REPEAT_BYTES

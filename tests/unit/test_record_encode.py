@@ -70,7 +70,7 @@ def general(msg, max_size, store):
     return encode_prepared(prepare_record(copy.copy(msg), max_size, store))
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]))
 def test_encode_record_equals_the_general_path(msg, max_size, store):
     want = general(msg, max_size, store)          # also fills the topic and host caches
