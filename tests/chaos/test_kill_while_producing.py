@@ -39,7 +39,7 @@ from tests.integration.test_end_to_end import E2E_CONFIG, consume_topic, make_bo
 TOPIC = "Chaos"
 QUEUES = 4
 KILL_ORDER = ("appender", "reader", "reput", "flusher")
-REQUEST_TIMEOUT_S = 3.0
+REQUEST_TIMEOUT_S = 1.5
 PROGRESS_PER_PHASE = 600           # acknowledged messages needed between two kills
 PACE_S = 0.002                     # a producer's pause after each acknowledged unit: it keeps
                                    # sending through every kill, but the volume checked at the
