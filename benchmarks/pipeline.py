@@ -7,7 +7,8 @@ Produce runs, each on a fresh store started with `mqstore start --store DIR --po
 default configuration except `flush_disk_type`), topic `BenchTopic` with 4 queues:
 for 100-byte and 1 KiB bodies, ASYNC_FLUSH and SYNC_FLUSH, single messages (`send_async`,
 SINGLE_WINDOW requests in flight per producer, queues round robin) and batches of 100
-(`send_batch_async`, BATCH_WINDOW in flight, one queue per batch), with 1 and 16 producer
+(`send_batch_async`, 16 in flight for one producer, 4 each for 16: `batch_window`; one queue
+per batch), with 1 and 16 producer
 *processes* (one `Producer` each), every producer sending for the run's duration. A producer
 process is taken from a pool spawned once; all start at one agreed instant and the rate is
 all acknowledged messages / (last acknowledgement - start). Put latency is send to reply of
@@ -55,8 +56,8 @@ for _p in (REPO, HERE):
 
 import _limits as L                                                           # noqa: E402
 from _pipeline_side import (                                                  # noqa: E402
-    BATCH, BATCH_WINDOW, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess, consume, percentile,
-    produce_worker, warm_worker, worker_ready,
+    BATCH, BATCH_WINDOW_MANY, BATCH_WINDOW_ONE, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess,
+    batch_window, consume, percentile, produce_worker, warm_worker, worker_ready,
 )
 from _redis_peer import RedisServer                                           # noqa: E402
 
@@ -221,7 +222,8 @@ class PipelineBench:
                 seconds: float, one_at_a_time: bool = False) -> tuple[float, dict]:
         start_at = time.monotonic() + 0.5 + 0.05 * producers
         jobs = [self.pool.apply_async(produce_worker, (store.address, size, batched, start_at, seconds,
-                                                       one_at_a_time)) for _ in range(producers)]
+                                                       one_at_a_time, batch_window(producers)))
+                for _ in range(producers)]
         results = [j.get(timeout=seconds + 300) for j in jobs]
         acked = sum(r["acked"] for r in results)
         elapsed = max(r["last"] for r in results) - start_at
@@ -380,7 +382,8 @@ def main(argv=None) -> int:
     print_table(bench.rows)
     print()
     print(f"MB/s = message bodies (10^6 B). single = send_async, {SINGLE_WINDOW} in flight per producer; "
-          f"batch{BATCH} = send_batch_async of {BATCH}, {BATCH_WINDOW} in flight; xN = N producer "
+          f"batch{BATCH} = send_batch_async of {BATCH}, {BATCH_WINDOW_ONE} in flight (x1) or "
+          f"{BATCH_WINDOW_MANY} per producer (x{MANY}); xN = N producer "
           f"processes. p50/p99 = send to reply per request. '1 in flight' = one send() at a time, "
           f"on the store of the row above it. ratio = our msgs/s / Redis msgs/s.")
     print(f"disk write limit measured at the start: {write.mb_per_s:,.0f} MB/s")
