@@ -20,6 +20,7 @@ UNIT_SIZE = 20
 BLANK_SIZE = 0x7FFFFFFF            # size of a pre-blank filler entry (Integer.MAX_VALUE)
 ENTRY = struct.Struct(">qiq")
 ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_RECOVER_CHUNK = 1 << 14             # entries `recover` reads at a time
 log = logging.getLogger(__name__)
 
 
@@ -47,20 +48,42 @@ class ConsumeQueue:
         start = max(0, len(files) - 3)
         end = files[start].file_from_offset
         for mf in files[start:]:
-            entries = self._file_entries(mf, mf.file_size)
-            bad = np.flatnonzero((entries["phys"] < 0) | (entries["size"] <= 0))
-            valid = len(entries) if len(bad) == 0 else int(bad[0])
-            real = entries[:valid][entries["size"][:valid] != BLANK_SIZE]
-            if len(real):
-                self.max_physic_offset = int(real["phys"][-1]) + int(real["size"][-1])
+            valid, count, real_end = self._valid_prefix(mf)
+            if real_end is not None:
+                self.max_physic_offset = real_end
             end = mf.file_from_offset + valid * UNIT_SIZE
-            if valid < len(entries):
+            if valid < count:
                 break
         self.queue.truncate_dirty_files(end)
         self.queue.flushed_where = self.queue.committed_where = end
         first = self.queue.get_first_mapped_file()
         if first is not None:
             self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset)
+
+    def _valid_prefix(self, mf) -> tuple[int, int, int | None]:
+        """(how many leading entries of `mf` are valid, how many it holds, the end of the
+        newest real entry among the valid ones or None), read a chunk at a time up to the first
+        invalid entry (the zeros after the written ones, mostly), not the whole segment."""
+        buf = self.queue.hold(mf)
+        if buf is None:
+            return 0, 0, None
+        count = mf.file_size // UNIT_SIZE
+        real_end = None
+        try:
+            for lo in range(0, count, _RECOVER_CHUNK):
+                hi = min(count, lo + _RECOVER_CHUNK)
+                entries = np.frombuffer(bytes(buf[lo * UNIT_SIZE:hi * UNIT_SIZE]), ENTRY_DTYPE)
+                bad = np.flatnonzero((entries["phys"] < 0) | (entries["size"] <= 0))
+                valid = len(entries) if len(bad) == 0 else int(bad[0])
+                real = np.flatnonzero(entries["size"][:valid] != BLANK_SIZE)
+                if len(real):
+                    last = entries[real[-1]]
+                    real_end = int(last["phys"]) + int(last["size"])
+                if valid < len(entries):
+                    return lo + valid, count, real_end
+        finally:
+            mf.release()
+        return count, count, real_end
 
     def _file_entries(self, mf, upto: int) -> np.ndarray:
         buf = self.queue.hold(mf)
@@ -105,8 +128,9 @@ class ConsumeQueue:
     def put_entries(self, first: int, entries: bytes, max_physic_offset: int) -> None:
         """Write the packed entries `entries` as entries first, first + 1, ... Entries already
         there and identical are skipped with one comparison; entries that simply extend the
-        queue inside its last segment are one copy; anything else goes entry by entry through
-        `put_message_position_info` (a conflict, a gap, a segment roll)."""
+        queue are one copy per segment; an entry that cannot (the queue's first, the first of
+        a new segment, a conflict, a gap) goes through `put_message_position_info`, then the
+        copies resume."""
         expect = first * UNIT_SIZE
         max_bytes = self.queue.get_max_offset()
         if self.min_logic_offset <= expect < max_bytes:
@@ -116,22 +140,30 @@ class ConsumeQueue:
             if self.queue.read(expect, same) == entries[:same]:
                 if same == len(entries):
                     return
-                first, entries, expect = first + same // UNIT_SIZE, entries[same:], expect + same
-        mf = self.queue.get_last_mapped_file()
-        if mf is not None and expect > 0 and mf.file_from_offset + mf.wrote_position == expect \
-                and mf.wrote_position + len(entries) <= mf.file_size \
-                and expect >= self.min_logic_offset:
-            buf = self.queue.hold(mf)
-            try:
+                entries, expect = entries[same:], expect + same
+        at = 0
+        while at < len(entries):
+            mf = self.queue.get_last_mapped_file()
+            if mf is not None and expect > 0 and mf.file_from_offset + mf.wrote_position == expect \
+                    and mf.wrote_position < mf.file_size and expect >= self.min_logic_offset:
                 pos = mf.wrote_position
-                buf[pos:pos + len(entries)] = entries
-                mf.wrote_position = mf.committed_position = pos + len(entries)
-            finally:
-                mf.release()
-            self.max_physic_offset = max_physic_offset
-            return
-        for i, (phys, size, tags_code) in enumerate(ENTRY.iter_unpack(entries)):
-            self.put_message_position_info(phys, size, tags_code, first + i)
+                n = min(len(entries) - at, mf.file_size - pos)
+                buf = self.queue.hold(mf)
+                try:
+                    buf[pos:pos + n] = entries[at:at + n] if at or n < len(entries) else entries
+                    mf.wrote_position = mf.committed_position = pos + n
+                finally:
+                    mf.release()
+                at, expect = at + n, expect + n
+                if at == len(entries):
+                    self.max_physic_offset = max_physic_offset
+                else:
+                    phys, size, _ = ENTRY.unpack_from(entries, at - UNIT_SIZE)
+                    self.max_physic_offset = phys + size
+                continue
+            phys, size, tags_code = ENTRY.unpack_from(entries, at)
+            self.put_message_position_info(phys, size, tags_code, expect // UNIT_SIZE)
+            at, expect = at + UNIT_SIZE, expect + UNIT_SIZE
 
     def _fill_blanks(self, mf, expect: int, first: bool) -> None:
         """Fill up to `expect` with filler entries: the queue starts late (its head expired) or has a gap."""

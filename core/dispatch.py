@@ -2,26 +2,31 @@
 up to a limit (never past the confirm offset), and hand the valid ones to the consume queues
 and the index. Blanks jump to the next segment; the first invalid record stops the run.
 
-Records are parsed by `core.record_scan` and applied in batches of up to `BATCH_RECORDS`:
-each queue's consecutive entries are written with one copy and the batch's index keys are
-hashed together; the runs are found with numpy (a stable sort by topic and queue) and a
-batch of one topic with only UNIQ_KEYs hands them over without a string per key, so the cost
-per record is about a microsecond of Python. A batch is applied before the run looks past
-it, so a stop (an invalid record, the limit) leaves everything before it dispatched, as
-record-by-record dispatch would.
+Records are parsed by `core.record_scan` into a `ScanBatch` (numpy columns for a producer's
+runs of equal records) and applied in batches of up to `BATCH_RECORDS`: the queued records
+are sorted stably by topic and queue (numpy), each queue's consecutive entries are built as
+one structured array and written with one copy, and the index gets the batch's keys at once
+(for runs of one topic with only UNIQ_KEYs, as a matrix of bytes, without a string per key),
+so a record costs well under a microsecond. Batches of fewer than `FEW_RECORDS` records taken
+one by one (the live reput's usual case) are applied in plain Python instead, where numpy's
+per-call cost would dominate; both write the same bytes. A batch is applied before the run
+looks past it, so a stop (an invalid record, the limit) leaves everything before it
+dispatched, as record-by-record dispatch would.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from core.consume_queue import ENTRY_DTYPE, UNIT_SIZE
+from core.consume_queue import ENTRY, ENTRY_DTYPE, UNIT_SIZE
 from core.message import (
     KEY_SEPARATOR, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT,
     SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 )
-from core.record_scan import ScanBatch, ScanEnd, scan_segment
+from core.record_scan import ScanEnd, scan_segment
+from core.scan_batch import Rows, ScanBatch
 
-BATCH_RECORDS = 1024
+BATCH_RECORDS = 4096
+FEW_RECORDS = 32                  # smaller batches of `Rows` are applied without numpy
 
 
 class DispatchStop:
@@ -86,99 +91,130 @@ class Dispatcher:
 
     def apply(self, batch: ScanBatch) -> None:
         """Build the consume queue entries and index keys of `batch` (in log order)."""
-        flags = batch.sys_flag
-        if flags.count(flags[0]) == len(flags) \
-                and flags[0] & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_NOT:
-            kinds = None                                     # all plain messages (the usual)
-            if not self._put_one_run(batch):
-                self._put_queues(batch, np.ones(len(flags), bool))
+        if len(batch.parts) == 1 and batch.parts[0].__class__ is Rows \
+                and len(batch) < FEW_RECORDS:
+            self._apply_few(batch.parts[0])
+            return
+        kinds = batch.column("sys_flag") & SYSFLAG_TRANSACTION_MASK
+        plain = kinds == SYSFLAG_TRANSACTION_NOT
+        skipped = None
+        if plain.all():                                  # all plain messages (the usual)
+            self._put_queues(batch, None)
         else:
-            kinds = np.array(flags, np.int64) & SYSFLAG_TRANSACTION_MASK
-            queued = (kinds == SYSFLAG_TRANSACTION_NOT) | (kinds == SYSFLAG_TRANSACTION_COMMIT)
-            if queued.any():
+            queued = np.flatnonzero(plain | (kinds == SYSFLAG_TRANSACTION_COMMIT))
+            if len(queued):
                 self._put_queues(batch, queued)
+            skipped = (kinds == SYSFLAG_TRANSACTION_ROLLBACK) \
+                | (kinds == SYSFLAG_TRANSACTION_PREPARED)
+        store_ts = batch.column("store_ts")
         if self.index_service is not None:
-            self._index(batch, kinds)
-        self.last_store_timestamp = batch.store_ts[-1]
-
-    def _put_one_run(self, batch: ScanBatch) -> bool:
-        """`_put_queues` for a batch, all queued, that is one run of one queue (consecutive
-        queue offsets), without sorting; False when it is not."""
-        topics, queue_ids, queue_offsets = batch.topic, batch.queue_id, batch.queue_offset
-        n, first = len(topics), queue_offsets[0]
-        if topics.count(topics[0]) != n or queue_ids.count(queue_ids[0]) != n \
-                or queue_offsets != list(range(first, first + n)):
-            return False
-        entries = np.empty(n, ENTRY_DTYPE)
-        entries["phys"], entries["size"], entries["tags"] = batch.phys, batch.size, batch.tags
-        self.cq_store.put_entries(topics[0], queue_ids[0], first, entries.tobytes(),
-                                  batch.phys[-1] + batch.size[-1])
-        if self.on_arrive is not None:
-            self.on_arrive(topics[0], queue_ids[0], first + n)
-        return True
+            self._index(batch, store_ts, skipped)
+        self.last_store_timestamp = int(store_ts[-1])
 
     def _put_queues(self, batch: ScanBatch, queued) -> None:
         """Write each queue's run of consecutive queue offsets as one block of entries: the
-        queued records are sorted (stably, so each queue keeps log order) by topic and queue."""
-        topics, queue_ids, queue_offsets = batch.topic, batch.queue_id, batch.queue_offset
-        key = np.array(queue_ids, np.int64) & 0xFFFFFFFF
-        if topics.count(topics[0]) != len(topics):
-            ids: dict = {}
-            key |= np.array([ids.setdefault(t, len(ids)) for t in topics], np.int64) << 32
-        rows = np.flatnonzero(queued)
-        order = rows[np.argsort(key[rows], kind="stable")]
-        key = key[order]
-        offsets = np.array(queue_offsets, np.int64)[order]
-        cuts = np.flatnonzero((key[1:] != key[:-1]) | (offsets[1:] != offsets[:-1] + 1)) + 1
-        entries = np.empty(len(topics), ENTRY_DTYPE)
-        entries["phys"], entries["size"], entries["tags"] = batch.phys, batch.size, batch.tags
-        packed = entries[order].tobytes()
-        order = order.tolist()
-        phys, size = batch.phys, batch.size
+        queued records (`queued`: their rows, None for all) are sorted (stably, so each queue
+        keeps log order) by topic and queue, unless they are one run already."""
+        topics, topic_ids = batch.topic_ids()
+        queue_ids, offsets = batch.column("queue_id"), batch.column("queue_offset")
+        phys, size, tags = batch.column("phys"), batch.column("size"), batch.column("tags")
+        key = queue_ids & 0xFFFFFFFF
+        if topic_ids is not None:
+            key |= topic_ids << 32
+        if queued is None and (key == key[0]).all() and (offsets[1:] == offsets[:-1] + 1).all():
+            order, cuts = None, []                       # one queue's run (no sort)
+            entries = np.empty(len(phys), ENTRY_DTYPE)
+            entries["phys"], entries["size"], entries["tags"] = phys, size, tags
+        else:
+            order = np.argsort(key, kind="stable") if queued is None \
+                else queued[np.argsort(key[queued], kind="stable")]
+            key, run_offsets = key[order], offsets[order]
+            cuts = (np.flatnonzero((key[1:] != key[:-1])
+                                   | (run_offsets[1:] != run_offsets[:-1] + 1)) + 1).tolist()
+            entries = np.empty(len(order), ENTRY_DTYPE)          # built in queue order
+            entries["phys"], entries["size"] = phys[order], size[order]
+            entries["tags"] = tags[order]
+        packed = entries.tobytes()
         lo = 0
-        for hi in (*cuts.tolist(), len(order)):
-            first, last = order[lo], order[hi - 1]
-            topic, queue_id = topics[first], queue_ids[first]
-            self.cq_store.put_entries(topic, queue_id, queue_offsets[first],
+        for hi in (*cuts, len(packed) // UNIT_SIZE):
+            first, last = (lo, hi - 1) if order is None else (int(order[lo]), int(order[hi - 1]))
+            topic = topics[0] if topic_ids is None else topics[topic_ids[first]]
+            queue_id = int(queue_ids[first])
+            self.cq_store.put_entries(topic, queue_id, int(offsets[first]),
                                       packed[lo * UNIT_SIZE:hi * UNIT_SIZE],
-                                      phys[last] + size[last])
+                                      int(phys[last] + size[last]))
             if self.on_arrive is not None:
-                self.on_arrive(topic, queue_id, queue_offsets[last] + 1)
+                self.on_arrive(topic, queue_id, int(offsets[last]) + 1)
             lo = hi
 
-    def _index(self, batch: ScanBatch, kinds) -> None:
-        """Hand the batch's index keys to the index service (`kinds`: the records' transaction
-        types, None when every record is a plain message). The common batch (one topic,
-        every record with a UNIQ_KEY and no KEYS, none a skipped transaction type) passes
-        the UNIQ_KEYs with the topic as a prefix, without building a string per key."""
-        topics, uniqs, keys_ = batch.topic, batch.uniq, batch.keys
-        n = len(topics)
-        skipped = [False] * n if kinds is None else (               # None: no transactions
-            (kinds == SYSFLAG_TRANSACTION_ROLLBACK) | (kinds == SYSFLAG_TRANSACTION_PREPARED)).tolist()
-        if keys_.count("") == n and "" not in uniqs and topics.count(topics[0]) == n \
-                and True not in skipped:
-            units = batch.uniq_units
-            if sum(map(len, units)) == n and len({u.shape[1] for u in units}) == 1:
-                uniqs = units[0] if len(units) == 1 else np.concatenate(units)
-            self.index_service.build_batch(uniqs, batch.phys, batch.store_ts,
-                                           prefix=topics[0] + "#")
+    def _index(self, batch: ScanBatch, store_ts, skipped) -> None:
+        """Hand the batch's index keys to the index service (`skipped`: which records are
+        rolled-back or prepared transactions, None when none is). The common batch (runs of
+        one topic whose records have a UNIQ_KEY and no KEYS) passes the UNIQ_KEYs as a
+        matrix of bytes with the topic as a prefix, without building a string per key."""
+        phys = batch.column("phys")
+        found = batch.uniq_matrix() if skipped is None or not skipped.any() else None
+        if found is not None:
+            topic, units = found
+            self.index_service.build_batch(units, phys, store_ts, prefix=topic + "#")
             return
+        skips = [False] * len(phys) if skipped is None else skipped.tolist()
+        self._index_each(*batch.strings(), phys.tolist(), store_ts.tolist(), skips)
+
+    def _index_each(self, topics, keys_, uniqs, phys, store_ts, skips) -> None:
+        """Index the records given as columns (lists), building each key as a string."""
         keys: list = []
         offsets: list = []
         stamps: list = []
-        for topic, uniq, record_keys, phys, ts, skip in zip(
-                topics, uniqs, keys_, batch.phys, batch.store_ts, skipped):
+        for topic, record_keys, uniq, offset, ts, skip in zip(topics, keys_, uniqs, phys, store_ts,
+                                                               skips):
             if skip or not (uniq or record_keys):
                 continue
             if uniq:
                 keys.append(f"{topic}#{uniq}")
-                offsets.append(phys)
+                offsets.append(offset)
                 stamps.append(ts)
             if record_keys:
                 for k in record_keys.split(KEY_SEPARATOR):
                     if k:
                         keys.append(f"{topic}#{k}")
-                        offsets.append(phys)
+                        offsets.append(offset)
                         stamps.append(ts)
         if keys:
             self.index_service.build_batch(keys, offsets, stamps)
+
+    def _apply_few(self, rows: Rows) -> None:
+        """`apply` for a batch of a few records taken one by one (the live reput's usual batch),
+        in plain Python rather than numpy, whose per-call cost would dominate: each queue's
+        records are written as blocks of consecutive queue offsets, in log order."""
+        kinds = [flag & SYSFLAG_TRANSACTION_MASK for flag in rows.sys_flag]
+        runs: dict = {}          # (topic, queue id) -> [first offset, entries, last offset, end]
+        for topic, queue_id, queue_offset, phys, size, tags, kind in zip(
+                rows.topic, rows.queue_id, rows.queue_offset, rows.phys, rows.size, rows.tags,
+                kinds):
+            if kind != SYSFLAG_TRANSACTION_NOT and kind != SYSFLAG_TRANSACTION_COMMIT:
+                continue
+            run = runs.get((topic, queue_id))
+            if run is not None and run[2] + 1 != queue_offset:
+                self._put_run(topic, queue_id, *run)
+                run = None
+            if run is None:
+                runs[topic, queue_id] = [queue_offset, [ENTRY.pack(phys, size, tags)],
+                                         queue_offset, phys + size]
+            else:
+                run[1].append(ENTRY.pack(phys, size, tags))
+                run[2], run[3] = queue_offset, phys + size
+        for (topic, queue_id), run in runs.items():
+            self._put_run(topic, queue_id, *run)
+        if self.index_service is not None:
+            skips = [kind == SYSFLAG_TRANSACTION_ROLLBACK or kind == SYSFLAG_TRANSACTION_PREPARED
+                     for kind in kinds]
+            self._index_each(rows.topic, rows.keys, rows.uniq, rows.phys, rows.store_ts, skips)
+        self.last_store_timestamp = rows.store_ts[-1]
+
+    def _put_run(self, topic: str, queue_id: int, first: int, entries: list, last: int,
+                 end: int) -> None:
+        """Write one queue's packed entries from queue offset `first` to `last`."""
+        self.cq_store.put_entries(topic, queue_id, first, b"".join(entries), end)
+        if self.on_arrive is not None:
+            self.on_arrive(topic, queue_id, last + 1)

@@ -26,7 +26,8 @@ def _utf16_units(s: str) -> array:
 
 _POWERS = [pow(31, k, 1 << 32) for k in range(256)]     # 31^k mod 2^32, k ascending
 _POWERS_DESC = _POWERS[::-1]
-_POWERS_DESC_NP = np.array(_POWERS_DESC, dtype=np.uint64)
+# Each power as (low 16 bits, high 16 bits), float64: byte * half * 256 terms < 2^53.
+_POWER_HALVES = np.array([(p & 0xFFFF, p >> 16) for p in _POWERS_DESC], dtype=np.float64)
 _NUMPY_MIN_KEYS = 16               # below this, numpy's call overhead beats its speed
 
 
@@ -59,9 +60,9 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _INT_MIN else abs(h)
 
 
-def index_key_hashes(keys, prefix: str = "") -> list[int]:
-    """`index_key_hash(prefix + key)` of every key: `keys` is a list of strings or a matrix of
-    ASCII bytes (numpy uint8, one key a row). When the keys are ASCII and of one length
+def index_key_hashes(keys, prefix: str = "") -> np.ndarray:
+    """`index_key_hash(prefix + key)` of every key, as int64: `keys` is a list of strings or a
+    matrix of ASCII bytes (numpy uint8, one key a row). When the keys are ASCII and of one length
     (generated UNIQ_KEYs), they are hashed together: one matrix of bytes times the powers of
     31, in numpy, plus the prefix's hash shifted past the key (h(p + k) = h(p) * 31^len(k) +
     h(k), mod 2^32), instead of a Python call per key."""
@@ -77,17 +78,19 @@ def index_key_hashes(keys, prefix: str = "") -> list[int]:
                 and set(map(len, keys)) == {width}:
             return _hash_rows(np.frombuffer(joined.encode("ascii"), np.uint8).reshape(n, width),
                               prefix)
-    return [index_key_hash(prefix + k) for k in keys]
+    return np.array([index_key_hash(prefix + k) for k in keys], np.int64)
 
 
-def _hash_rows(units: np.ndarray, prefix: str) -> list[int]:
-    """`index_key_hashes` of ASCII keys as rows of bytes, 0 < width <= len(_POWERS)."""
+def _hash_rows(units: np.ndarray, prefix: str) -> np.ndarray:
+    """`index_key_hashes` of ASCII keys as rows of bytes, 0 < width <= len(_POWERS). The sums
+    of bytes times powers of 31 are taken in float64 (one BLAS product) with each power split
+    into 16-bit halves, so that every sum stays below 2^53 and is exact."""
     width = units.shape[1]
-    h = units @ _POWERS_DESC_NP[len(_POWERS) - width:]
+    sums = (units @ _POWER_HALVES[len(_POWERS) - width:]).astype(np.int64)
+    h = sums[:, 0] + ((sums[:, 1] & 0xFFFF) << 16)
     if prefix:
-        head = java_hash(prefix) & _MASK
-        h += np.uint64(head * pow(31, width, 1 << 32) & _MASK)
-    h = (h & np.uint64(_MASK)).astype(np.int64)
+        h += java_hash(prefix) * pow(31, width, 1 << 32) & _MASK
+    h &= _MASK
     h = np.where(h >= 1 << 31, (1 << 32) - h, h)      # |signed value|
     h[h == 1 << 31] = 0                                # Integer.MIN_VALUE
-    return h.tolist()
+    return h

@@ -46,6 +46,12 @@ NUMPY_MIN_KEYS = 16                  # fewer keys are put one at a time (numpy's
 _FRESH_HEADER = (0, 0, 0, 0, 0, 1)
 
 
+def _ints(column, start: int, stop: int) -> list:
+    """column[start:stop] as a list of Python ints (the column a list or a numpy array)."""
+    part = column[start:stop]
+    return part.tolist() if isinstance(part, np.ndarray) else part
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an index file: header, slots, entries (entry 0 included, never used)."""
     return HEADER_SIZE + hash_slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
@@ -153,10 +159,10 @@ class IndexFile:
         """Append an entry for `key`; False (and nothing written) when the file is full."""
         return self.put_hashed([index_key_hash(key)], [phys_offset], [store_timestamp], 0) == 1
 
-    def put_hashed(self, hashes: list[int], offsets: list[int], timestamps: list[int],
-                   start: int) -> int:
+    def put_hashed(self, hashes, offsets, timestamps, start: int) -> int:
         """Append entries for hashes[start:] (key hashes, with their records' phys offsets and
-        store times) until the file is full; return the position of the first one not put.
+        store times; lists or int64 arrays) until the file is full; return the position of the
+        first one not put.
 
         Entries are written before the slots that point at them, and the header once at the
         end: a writer killed in between leaves slots pointing past the header's count, at whole
@@ -171,8 +177,8 @@ class IndexFile:
         put = self._put_numpy if stop - start >= NUMPY_MIN_KEYS else self._put_each
         begin_ts, begin_phy, slot_count, count = put(hashes, offsets, timestamps, start, stop,
                                                      header)
-        _HEADER.pack_into(self._mapping.buf, 0, begin_ts, timestamps[stop - 1], begin_phy,
-                          offsets[stop - 1], slot_count, count)
+        _HEADER.pack_into(self._mapping.buf, 0, begin_ts, int(timestamps[stop - 1]), begin_phy,
+                          int(offsets[stop - 1]), slot_count, count)
         return stop
 
     def _put_each(self, hashes, offsets, timestamps, start: int, stop: int, header) -> tuple:
@@ -182,8 +188,8 @@ class IndexFile:
         begin_ts, _, begin_phy, _, slot_count, count = header
         slots, entries = self.hash_slot_num, self._entries_pos
         read_i32, write_i32, write_entry = _I32.unpack_from, _I32.pack_into, _ENTRY.pack_into
-        for i in range(start, stop):
-            key_hash, phys, ts = hashes[i], offsets[i], timestamps[i]
+        for key_hash, phys, ts in zip(*(_ints(column, start, stop)
+                                        for column in (hashes, offsets, timestamps))):
             slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
             head = read_i32(buf, slot_pos)[0]
             if not 0 <= head < count:
@@ -202,14 +208,14 @@ class IndexFile:
 
     def _put_numpy(self, hashes, offsets, timestamps, start: int, stop: int, header) -> tuple:
         """`_put_each` for many keys: sorted stably by slot, each entry links to the one before
-        it in its slot, the first of a slot to the slot's live head; the entries are copied in
-        at once, then each slot gets its last entry."""
+        it in its slot, the first of a slot to the slot's live head; the entries are written
+        into the mapping a column at a time, then each slot gets its last entry."""
         buf = self._mapping.buf
         begin_ts, _, begin_phy, _, slot_count, count = header
         m = stop - start
-        key_hash = np.array(hashes[start:stop], np.int64)
-        phys = np.array(offsets[start:stop], np.int64)
-        ts = np.array(timestamps[start:stop], np.int64)
+        key_hash = np.asarray(hashes[start:stop], np.int64)
+        phys = np.asarray(offsets[start:stop], np.int64)
+        ts = np.asarray(timestamps[start:stop], np.int64)
         if count <= 1:
             begin_ts, begin_phy = int(ts[0]), int(phys[0])     # as in `_put_each`
         slot = key_hash % self.hash_slot_num
@@ -223,6 +229,7 @@ class IndexFile:
         lasts[:-1] = firsts[1:] - 1
         lasts[-1] = m - 1
         table = np.frombuffer(buf, _SLOT_DTYPE, self.hash_slot_num, HEADER_SIZE)
+        rows = None
         try:
             slots = slot_sorted[firsts]
             heads = table[slots].astype(np.int64)
@@ -232,19 +239,18 @@ class IndexFile:
             prev_sorted = np.empty(m, np.int64)
             prev_sorted[1:] = order[:-1] + count          # entry k is number count + k
             prev_sorted[firsts] = heads
-            rows = np.empty(m, _ENTRY_DTYPE)
-            rows["hash"], rows["phys"] = key_hash, phys
+            prev = np.empty(m, np.int64)
+            prev[order] = prev_sorted
+            rows = np.frombuffer(buf, _ENTRY_DTYPE, m, self._entries_pos + count * ENTRY_SIZE)
+            rows["hash"], rows["phys"], rows["prev"] = key_hash, phys, prev
             if begin_ts <= 0:
                 rows["diff"] = 0
             else:
                 diff = (ts - begin_ts) // 1000
                 rows["diff"] = np.minimum(np.maximum(diff, 0, out=diff), INT32_MAX, out=diff)
-            rows["prev"][order] = prev_sorted
-            at = self._entries_pos + count * ENTRY_SIZE
-            buf[at:at + m * ENTRY_SIZE] = rows.tobytes()
             table[slots] = order[lasts] + count
         finally:
-            del table
+            del table, rows
         return begin_ts, begin_phy, slot_count + int(np.count_nonzero(heads == 0)), count + m
 
     def _live_head(self, head: int, count: int) -> int:

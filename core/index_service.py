@@ -131,12 +131,11 @@ class IndexService:
         self.build_batch(keys, [req.commit_log_offset] * len(keys),
                          [req.store_timestamp] * len(keys))
 
-    def build_batch(self, keys, offsets: list[int], timestamps: list[int],
-                    prefix: str = "") -> None:
+    def build_batch(self, keys, offsets, timestamps, prefix: str = "") -> None:
         """Index `prefix + keys[i]` (built by `build_key`) for the record at `offsets[i]` stored
-        at `timestamps[i]`; the records in log order, each record's keys in `index_keys` order.
-        `keys` is a list of strings or, for ASCII keys, a matrix of their bytes (numpy uint8,
-        one key a row; see `core.hashing.index_key_hashes`).
+        at `timestamps[i]` (lists or int64 arrays); the records in log order, each record's keys
+        in `index_keys` order. `keys` is a list of strings or, for ASCII keys, a matrix of their
+        bytes (numpy uint8, one key a row; see `core.hashing.index_key_hashes`).
 
         Keys of records already indexed are skipped (see the module docstring). Raises OSError
         when a new file cannot be created (a full disk); the keys put before that stay, and
@@ -153,9 +152,9 @@ class IndexService:
         while done < len(hashes):
             done = self._roll().put_hashed(hashes, offsets, timestamps, done)
 
-    def _first_not_indexed(self, offsets: list[int]) -> int:
+    def _first_not_indexed(self, offsets) -> int:
         """How many of the leading keys (at `offsets`, in log order) are indexed already."""
-        if not self._files or not offsets:
+        if not self._files or not len(offsets):
             return 0
         last = self._files[-1]
         end = last.end_phy_offset

@@ -2,24 +2,24 @@
 that the consume queues and the index need.
 
 `scan_segment` walks the records of one mapped segment from a position and appends each valid
-one to a `ScanBatch`, a table of plain columns (built and read far faster than an object per
-record):
+one to a `ScanBatch` (`core.scan_batch`), whose parts hold, per record:
 
     phys offset, size, topic, queue id, queue offset, tag code, store timestamp, KEYS,
     UNIQ_KEY, sys flag          KEYS and UNIQ_KEY are "" when absent
 
 A run of records of one size lying back to back (a producer's batch of equal messages) is
-taken without a step per record (`_take_strided`): frames, headers and tails are numpy views
-with that size as stride. Other common records (IPv4 hosts, version 1 magic) take the fast
-path in two phases: a minimal loop walks TOTALSIZE/MAGIC frames to find where the records
-start; then the fixed headers of all of them are read and checked together (with numpy for
-`NUMPY_MIN_RECORDS` records or more, with one struct call each below that): host lengths,
-body and topic lengths, properties framing, PHYSOFFSET, a torn tail. Only the CRC, the topic
-and the properties then need a step per record, or none when the tails are alike but for the
-UNIQ_KEY value (`_take_alike`). Anything else (IPv6 hosts, version 2 records, a record that
-fails any fast check) goes through `core.codec.check_record`, so all paths accept and refuse
-exactly the same records. Topics and properties are parsed through the caches of
-`core.record_props`.
+taken without a step per record (`_take_strided`): frames, headers, bodies and tails are
+numpy views with that size as stride, the body CRCs come from `core.body_crc` (a table per
+byte position for small bodies), and the run becomes one `Run` part of numpy columns. Other
+common records (IPv4 hosts, version 1 magic) take the fast path in two phases: a minimal
+loop walks TOTALSIZE/MAGIC frames to find where the records start; then the fixed headers of
+all of them are read and checked together (with numpy for `NUMPY_MIN_RECORDS` records or
+more, with one struct call each below that): host lengths, body and topic lengths,
+properties framing, PHYSOFFSET, a torn tail. Only the CRC, the topic and the properties then
+need a step per record, or none when the tails are alike but for the UNIQ_KEY value
+(`_take_alike`). Anything else (IPv6 hosts, version 2 records, a record that fails any fast
+check) goes through `core.codec.check_record`, so all paths accept and refuse exactly the
+same records. Topics and properties are parsed through the caches of `core.record_props`.
 """
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ import zlib
 
 import numpy as np
 
+from core.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.codec import (
     MAGIC_BLANK, MAGIC_V1, DispatchRequest, RecordCheck, check_record,
 )
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.record_props import PROPS, TOPICS, properties, topic_of, uniq_span
+from core.scan_batch import Run, ScanBatch
 
 NUMPY_MIN_RECORDS = 12            # fewer fast-path records are checked with struct, one by one
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
@@ -57,41 +59,6 @@ class ScanEnd:
     END = "end"            # no record starts here (zeros, a foreign magic, a torn tail)
     CORRUPT = "corrupt"    # a framed record that fails its checks
     MISPLACED = "misplaced"  # a valid record whose PHYSOFFSET is not where it lies
-
-
-class ScanBatch:
-    """Scanned records as columns (lists), in log order."""
-    COLUMNS = ("phys", "size", "topic", "queue_id", "queue_offset", "tags", "store_ts", "keys",
-               "uniq", "sys_flag")
-    # uniq_units: the UNIQ_KEYs of records taken alike, also as ASCII byte matrices (one key a
-    # row, in log order), for hashing them without a string per key.
-    __slots__ = COLUMNS + ("uniq_units",)
-
-    def __init__(self):
-        for name in self.__slots__:
-            setattr(self, name, [])
-
-    def __len__(self) -> int:
-        return len(self.phys)
-
-    def add(self, row: tuple) -> None:
-        """Append one record given as a row (the columns' order)."""
-        for name, value in zip(self.COLUMNS, row):
-            getattr(self, name).append(value)
-
-    def extend_header_fields(self, n: int, phys, size, queue_id, queue_offset, store_ts,
-                             sys_flag) -> None:
-        """Append the first `n` of each fixed-header column (the caller appended the other
-        columns of those records)."""
-        self.phys += phys[:n]
-        self.size += size[:n]
-        self.queue_id += queue_id[:n]
-        self.queue_offset += queue_offset[:n]
-        self.store_ts += store_ts[:n]
-        self.sys_flag += sys_flag[:n]
-
-    def rows(self) -> list[tuple]:
-        return list(zip(*(getattr(self, name) for name in self.COLUMNS)))
 
 
 def _walk(buf, pos: int, end: int, room: int) -> list[int]:
@@ -161,19 +128,21 @@ def _headers_struct(buf, starts: list[int], base: int, check_crc: bool) -> tuple
     return (n, *cols)
 
 
-def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) -> int:
-    """Append the leading records of `starts` that pass the fast path; return how many."""
+def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) -> tuple[int, int]:
+    """Append the leading records of `starts` that pass the fast path; return (how many,
+    where the last of them ends)."""
     headers = _headers_numpy if len(starts) >= NUMPY_MIN_RECORDS else _headers_struct
     n, phys, size, queue_id, queue_offset, sys_flag, store_ts, crc, tpos = \
         headers(buf, starts, base, check_crc)
     if n >= NUMPY_MIN_RECORDS:
-        taken = _take_uniform(buf, starts[:n], tpos, size, crc, check_crc, out)
+        taken = _take_uniform(buf, starts[:n], tpos, (phys, size, queue_id, queue_offset,
+                                                      store_ts, sys_flag, crc), check_crc, out)
         if taken is not None:
-            out.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
-            return taken
+            return taken, (starts[taken - 1] + size[taken - 1] if taken else 0)
     crc32, topics, props_of = zlib.crc32, TOPICS, PROPS
-    o_topic, o_tags, o_keys, o_uniq = out.topic.append, out.tags.append, out.keys.append, \
-        out.uniq.append
+    rows = out.rows_part()
+    o_topic, o_tags, o_keys, o_uniq = rows.topic.append, rows.tags.append, rows.keys.append, \
+        rows.uniq.append
     taken = 0
     view = memoryview(buf) if check_crc else None
     try:
@@ -201,8 +170,9 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     finally:
         if view is not None:
             view.release()
-    out.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
-    return taken
+    rows.extend_header_fields(taken, phys, size, queue_id, queue_offset, store_ts, sys_flag)
+    out.drop_empty_tail()
+    return taken, (starts[taken - 1] + size[taken - 1] if taken else 0)
 
 
 def _first_tail(buf, t0: int, stop: int, check_crc: bool) -> tuple | None:
@@ -223,11 +193,14 @@ def _first_tail(buf, t0: int, stop: int, check_crc: bool) -> tuple | None:
     return tail, topic, parsed, a, b
 
 
-def _take_uniform(buf, starts: list[int], tpos: list[int], size: list[int], crc: list[int],
-                  check_crc: bool, out: ScanBatch) -> int | None:
+def _take_uniform(buf, starts: list[int], tpos: list[int], header: tuple, check_crc: bool,
+                  out: ScanBatch) -> int | None:
     """`_take` for records whose topics and properties are byte for byte those of the first
     record except inside its UNIQ_KEY value (a producer's batch): the tails are gathered into
-    one matrix and taken by `_take_alike`. None when they are not all alike."""
+    one matrix and taken by `_take_alike`. `header`: the header columns of `_headers_numpy`
+    (phys, size, queue id, queue offset, store time, sys flag, body CRC). None when they are
+    not all alike."""
+    size = header[1]
     first = _first_tail(buf, tpos[0], starts[0] + size[0], check_crc)
     if first is None:
         return None
@@ -237,17 +210,22 @@ def _take_uniform(buf, starts: list[int], tpos: list[int], size: list[int], crc:
     u8 = np.frombuffer(buf, np.uint8)
     rows = u8[at[:, None] + np.arange(len(first[0]), dtype=np.int64)]
     del u8
-    return _take_alike(buf, rows, first, starts, tpos, crc, check_crc, out)
+    columns = [np.array(c, np.int64) for c in header]
+
+    def body_crcs():
+        return crc32_spans(buf, [s + _HEAD_SIZE for s in starts], tpos, len(starts))
+    return _take_alike(rows, first, columns, body_crcs, check_crc, out)
 
 
-def _take_alike(buf, rows, first: tuple, starts: list[int], tpos: list[int], crc, check_crc: bool,
+def _take_alike(rows, first: tuple, header, body_crcs, check_crc: bool,
                 out: ScanBatch) -> int | None:
-    """Append the topic and property columns of records whose tails are the rows of `rows`
-    (the first one parsed as `first`), when every row equals the first outside the UNIQ_KEY
-    value and the values are ASCII without a separator: compared in one numpy step, parsed
-    once, the values sliced out of one ASCII string. None when they are not all alike; else
-    how many leading records pass their CRC (all of them, mostly). With check_crc `starts`
-    and `tpos` give each record's body span and `crc` the CRCs its header holds."""
+    """Append a `Run` of records whose tails are the rows of `rows` (the first one parsed as
+    `first`), when every row equals the first outside the UNIQ_KEY value and the values are
+    ASCII without a separator: compared in one numpy step, parsed once, the values kept as a
+    matrix. None when they are not all alike; else how many leading records pass their CRC
+    (all of them, mostly). `header` holds the records' header columns (phys, size, queue id,
+    queue offset, store time, sys flag, body CRC; arrays or structured fields) and
+    `body_crcs()` computes the CRCs of their bodies (with check_crc only)."""
     _, topic, parsed, a, b = first
     n = len(rows)
     ref = rows[0]
@@ -257,66 +235,74 @@ def _take_alike(buf, rows, first: tuple, starts: list[int], tpos: list[int], crc
         return None
     taken = n
     if check_crc:
-        view = memoryview(buf)
-        try:
-            sums = np.fromiter(map(zlib.crc32, map(view.__getitem__, map(
-                slice, [s + _HEAD_SIZE for s in starts], tpos))), np.int64, n)
-        finally:
-            view.release()
-        bad = np.flatnonzero((sums & 0x7FFFFFFF) != np.asarray(crc, np.int64))
+        bad = np.flatnonzero((body_crcs() & 0x7FFFFFFF) != header[6])
         taken = int(bad[0]) if len(bad) else n
-    out.topic += [topic] * taken
-    out.tags += [parsed[0]] * taken
-    out.keys += [parsed[1]] * taken
-    if b > a:
-        units = np.ascontiguousarray(values[:taken])
-        joined = units.tobytes().decode("ascii")
-        w = b - a
-        out.uniq += [joined[i:i + w] for i in range(0, taken * w, w)]
-        out.uniq_units.append(units)
-    else:
-        out.uniq += [parsed[2]] * taken
+    if taken:
+        phys, size, queue_id, queue_offset, store_ts, sys_flag = (
+            np.array(c[:taken], np.int64) for c in header[:6])
+        units = np.array(values[:taken]) if b > a else None     # a copy: no view of `buf`
+        out.add_run(Run(phys, size, queue_id, queue_offset, store_ts, sys_flag, topic,
+                        parsed[0], parsed[1], units, parsed[2]))
     return taken
 
 
 def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanBatch,
                   room: int) -> int:
     """Take a run of records of one size lying back to back from `pos` (a producer's batch of
-    equal messages) without a step per record: their frames, headers and tails are numpy
-    views with that size as stride, nothing gathered. The first record goes through the
+    equal messages) without a step per record: their frames, headers, bodies and tails are
+    numpy views with that size as stride, nothing gathered. The first record goes through the
     struct check; the others must match it in size, body length and (outside the UNIQ_KEY
-    value) tail, and lie where they say, so that the same checks hold for them. Returns how
-    many records it appended, 0 when there is no such run of `NUMPY_MIN_RECORDS` records."""
+    value) tail, and lie where they say, so that the same checks hold for them. Returns the
+    bytes taken, 0 when there is no such run of `NUMPY_MIN_RECORDS` records."""
     total, magic = _FRAME.unpack_from(buf, pos)
     count = min(room, (end - pos) // total) if magic == MAGIC_V1 and total >= _MIN_RECORD else 0
     if count < NUMPY_MIN_RECORDS:
         return 0
-    head = np.ndarray((count,), _HEADER_DTYPE, buf, pos, (total,))
     ok, _, _, _, _, _, _, _, tpos = _headers_struct(buf, [pos], base, check_crc)
     if not ok:
         return 0
     t0 = tpos[0]
-    ok = (head["total"] == total) & (head["magic"] == MAGIC_V1) \
-        & (head["body_len"] == t0 - pos - _HEAD_SIZE) & ((head["sys_flag"] & _V6_BITS) == 0) \
-        & (head["phys"] == np.arange(base + pos, base + pos + count * total, total))
-    n = count if ok.all() else int(ok.argmin())
+    body = t0 - pos - _HEAD_SIZE
+    n = _run_length(buf, pos, base, total, body, count)
+    if n < NUMPY_MIN_RECORDS:
+        return 0
+    head = np.ndarray((n,), _HEADER_DTYPE, buf, pos, (total,))
     first = _first_tail(buf, t0, pos + total, check_crc)
     if first is None:
         return 0
     rows = np.ndarray((n, pos + total - t0), np.uint8, buf, t0, (total, 1))
     if check_crc and first[4] == len(first[0]) > first[3] and (rows[:, -1] == 0).any():
         return 0                        # a value ending in a torn write's zero (see core.codec)
-    starts = list(range(pos, pos + n * total, total)) if check_crc else ()
-    taken = _take_alike(buf, rows, first, starts, [s + t0 - pos for s in starts],
-                        head["crc"][:n], check_crc, out)
-    del rows
-    if not taken:
-        return 0
-    head = head[:taken]
-    out.extend_header_fields(taken, head["phys"].tolist(), [total] * taken,
-                             head["queue_id"].tolist(), head["queue_offset"].tolist(),
-                             head["store_ts"].tolist(), head["sys_flag"].tolist())
-    return taken
+
+    def body_crcs():
+        if body <= MAX_ROW:
+            return crc32_rows(np.ndarray((n, body), np.uint8, buf, pos + _HEAD_SIZE, (total, 1)))
+        starts = range(pos + _HEAD_SIZE, pos + n * total, total)
+        return crc32_spans(buf, starts, range(t0, t0 + n * total, total), n)
+    header = (head["phys"], np.full(n, total, np.int64), head["queue_id"], head["queue_offset"],
+              head["store_ts"], head["sys_flag"], head["crc"])
+    taken = _take_alike(rows, first, header, body_crcs, check_crc, out)
+    del rows, head, header
+    return (taken or 0) * total
+
+
+def _run_length(buf, pos: int, base: int, total: int, body: int, count: int) -> int:
+    """How many of the `count` frames of `total` bytes from `pos` have that size, the version 1
+    magic, a body of `body` bytes, IPv4 hosts, and lie where they say; read in windows that
+    grow eightfold, so that a short run costs little however many frames could follow."""
+    n, window = 0, 32
+    while n < count:
+        hi = min(count, n + window)
+        head = np.ndarray((hi - n,), _HEADER_DTYPE, buf, pos + n * total, (total,))
+        at = base + pos + n * total
+        ok = (head["total"] == total) & (head["magic"] == MAGIC_V1) & (head["body_len"] == body) \
+            & ((head["sys_flag"] & _V6_BITS) == 0) \
+            & (head["phys"] == np.arange(at, at + (hi - n) * total, total))
+        del head
+        if not ok.all():
+            return n + int(ok.argmin())
+        n, window = hi, window * 8
+    return n
 
 
 def _from_check(buf, pos: int, end: int, check_crc: bool):
@@ -344,13 +330,13 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
         if room >= NUMPY_MIN_RECORDS and end - pos >= 8:
             taken = _take_strided(buf, pos, end, base, check_crc, out, room)
             if taken:
-                pos += taken * out.size[-1]
+                pos += taken
                 continue
         starts = _walk(buf, pos, end, room)
         if starts:
-            taken = _take(buf, starts, base, check_crc, out)
+            taken, reached = _take(buf, starts, base, check_crc, out)
             if taken:
-                pos = starts[taken - 1] + out.size[-1]
+                pos = reached
                 if taken == len(starts):
                     continue
         if end - pos < 8:

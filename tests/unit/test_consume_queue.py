@@ -293,9 +293,9 @@ def test_build_repeatedly_through_a_store(tiny_config, open_store):
 
 @pytest.mark.parametrize("first,count", [(0, 7), (3, 120), (48, 5), (0, 50)])
 def test_put_entries_equals_entry_by_entry(make_cq, tmp_path, first, count):
-    """Consecutive packed entries: one copy inside a segment, entry by entry across a roll,
-    at a late start, partly or wholly over identical entries already there; the result is the
-    same bytes."""
+    """Consecutive packed entries: one copy per segment (the first entry of the queue and of a
+    new segment through `put_message_position_info`), at a late start, partly or wholly over
+    identical entries already there; the result is the same bytes."""
     def entries(lo, hi):
         return b"".join(ENTRY.pack(i * 100, 100, i) for i in range(lo, hi))
     one = ConsumeQueue("A", 0, str(tmp_path / "one"), FILE, REAL_FILE_OPS)

@@ -3,7 +3,13 @@ straddling the limit wait (PARTIAL), blanks jump to the next segment, an invalid
 the run, transaction types choose what is queued and indexed, and a re-run is harmless."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.commitlog import CommitLog
 from core.consume_queue_store import ConsumeQueueStore
@@ -235,3 +241,93 @@ def test_plain_batches_of_one_queue_write_what_record_by_record_dispatch_writes(
     assert max(a[2] for a in parts.arrived if a[:2] == ("T", 0)) == 40
     for i in (0, 17, 39, 40, 49):
         assert parts.index.query_offset("T", "%032X" % i, 5, 0, 1 << 62)[0] == [res[i].wrote_offset]
+
+
+def _files(root: str) -> dict:
+    """Every consume-queue file by path and the index files' contents in name order."""
+    out = {}
+    for sub in ("consumequeue", "index"):
+        for dirpath, _, names in sorted(os.walk(os.path.join(root, sub))):
+            for i, name in enumerate(sorted(names)):
+                path = os.path.join(dirpath, name)
+                key = (sub, i) if sub == "index" else os.path.relpath(path, root)
+                with open(path, "rb") as f:
+                    out[key] = f.read()
+    return out
+
+
+_GROUP = st.fixed_dictionaries({
+    "count": st.integers(1, 40),
+    "alike": st.booleans(),                     # one body for all (a producer's batch)
+    "body": st.sampled_from([0, 3, 100, 199, 200, 201, 300]),
+    "topic": st.sampled_from(["T", "Other", "T\u00e9"]),
+    "queue": st.sampled_from([0, 1, None]),     # None: round robin over the queues
+    "tags": st.sampled_from([None, "t", "TagA"]),
+    "keys": st.sampled_from([None, "", "k1", "a  b"]),
+    "uniq": st.sampled_from(["hex", "short", None]),
+    "sys_flag": st.sampled_from([0, 0, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED,
+                                 SYSFLAG_TRANSACTION_ROLLBACK]),
+})
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_GROUP, min_size=1, max_size=6), st.booleans(),
+       st.one_of(st.none(), st.floats(0, 1, exclude_max=True)))
+def test_runs_write_what_record_by_record_dispatch_writes(tiny_config, groups, check_crc, flip):
+    """The vectorised path (strided runs, numpy columns, table CRCs, UNIQ_KEYs hashed from
+    bytes, index entries put together) writes consume-queue and index files byte for byte
+    equal to dispatch one record at a time through the per-record parse, and stops where it
+    stops when a byte of the log is flipped."""
+    import core.dispatch
+    import core.record_scan
+    seq = 0
+    msgs = []
+    for g in groups:
+        for i in range(g["count"]):
+            seq += 1
+            body = b"%07d" % seq * 50 if not g["alike"] else b"x" * 300
+            uniq = {"hex": {"UNIQ_KEY": "%032X" % (seq * 2654435761)},
+                    "short": {"UNIQ_KEY": "u%d" % seq}, None: {}}[g["uniq"]]
+            msgs.append(Message(g["topic"], body[:g["body"]],
+                                queue_id=seq % 2 if g["queue"] is None else g["queue"],
+                                tags=g["tags"], keys=g["keys"], properties=uniq,
+                                sys_flag=g["sys_flag"], born_timestamp=1_700_000_000_000))
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Parts(tiny_config(store_path_root_dir=tmp + "/log"))
+        for m in msgs:
+            log.put(m)
+        end = log.log.get_max_offset()
+        segment = log.cfg.mapped_file_size_commitlog
+        log.close()
+        if flip is not None:
+            at = int(flip * end)
+            path = os.path.join(tmp, "log", "commitlog", "%020d" % (at - at % segment))
+            with open(path, "r+b") as f:
+                f.seek(at % segment)
+                byte = f.read(1)[0]
+                f.seek(at % segment)
+                f.write(bytes([byte ^ 0x10]))
+        for one_by_one in (False, True):
+            root = tmp + "/%d" % one_by_one
+            shutil.copytree(tmp + "/log", root)
+            p = Parts(tiny_config(store_path_root_dir=root))
+            try:
+                with pytest.MonkeyPatch.context() as mp:
+                    if one_by_one:
+                        mp.setattr(core.dispatch, "BATCH_RECORDS", 1)
+                        mp.setattr(core.record_scan, "NUMPY_MIN_RECORDS", 1 << 30)
+                    reached = p.dispatcher.run(0, end, check_crc=check_crc)
+                p.cqs.flush()
+                p.index.flush()
+                written.append((reached, _files(root), p.arrived,
+                                p.dispatcher.last_store_timestamp))
+            finally:
+                p.close()
+    (reached, files, arrived, last), (reached_1, files_1, arrived_1, last_1) = written
+    assert reached == reached_1 and files == files_1 and last == last_1
+    if flip is None:
+        assert reached == (end, DispatchStop.DONE)
+    assert {a: max(b[2] for b in arrived if b[:2] == a) for a in {b[:2] for b in arrived}} == \
+        {a: max(b[2] for b in arrived_1 if b[:2] == a) for a in {b[:2] for b in arrived_1}}

@@ -90,9 +90,11 @@ def test_blank_ends_the_segment_and_max_records_pauses():
     write_blank(buf, len(a) + len(b), 64)
     out = ScanBatch()
     assert scan_segment(buf, 0, len(buf), 0, True, out, 1) == (len(a), ScanEnd.LIMIT)
-    assert out.keys[0] == "k1 k2" and out.uniq[0] == ""
+    _, keys, uniqs = out.strings()
+    assert keys[0] == "k1 k2" and uniqs[0] == ""
     assert scan_segment(buf, len(a), len(buf), 0, True, out, 10) == (len(a) + len(b), ScanEnd.BLANK)
-    assert (out.keys[1], out.uniq[1]) == ("", "U1")
+    _, keys, uniqs = out.strings()
+    assert (keys[1], uniqs[1]) == ("", "U1")
 
 
 def test_the_last_non_empty_property_wins_as_in_the_reference_parse():
@@ -105,7 +107,7 @@ def test_the_last_non_empty_property_wins_as_in_the_reference_parse():
     out = ScanBatch()
     scan_segment(raw, 0, len(raw), 0, True, out, 10)
     assert out.rows() == [_reference(raw, 0, len(raw), True)]
-    assert out.keys[0] == "b"
+    assert out.strings()[1][0] == "b"
 
 
 def with_properties(body: bytes, props: bytes, phys: int) -> bytes:
@@ -257,5 +259,6 @@ def test_equal_records_are_taken_without_a_step_per_record(monkeypatch):
     out = ScanBatch()
     assert scan_segment(buf, 0, len(buf), 0, True, out, 1 << 20) == (len(buf) - 16, ScanEnd.END)
     assert walked == [[]]                                       # only the zeros at the end
-    assert out.uniq == ["%04d" % i for i in range(40)]
-    assert [bytes(r).decode() for u in out.uniq_units for r in u] == out.uniq
+    assert out.strings()[2] == ["%04d" % i for i in range(40)]
+    topic, units = out.uniq_matrix()
+    assert [bytes(r).decode() for r in units] == out.strings()[2]
