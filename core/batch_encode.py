@@ -11,6 +11,11 @@ copies the batch into the segment: when every record has the same size the segme
 is viewed as a 2-D array and headers, bodies and tails go in with three assignments;
 otherwise the pieces are joined in order and copied with one assignment.
 
+The headers and tails of a batch depend only on its shape (every shared field, the number of
+records, the body size, the key length): `_SHAPES` keeps them, so the next batch of that shape
+is checked only for what is its own (bodies, keys, born timestamp) and costs one CRC per body
+and a few numpy calls for the whole batch.
+
 It applies when the UNIQ_KEYs (if any) all have the same UTF-8 length, which the keys a
 producer makes always do; `prepare_columns` returns None otherwise, and the caller takes
 `core.codec.prepare_batch`, which gives the same bytes record by record. The tests hold
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import zlib
-from itertools import accumulate, chain
+from itertools import chain
 
 import numpy as np
 
@@ -45,23 +50,63 @@ def _header_dtype(born_len: int, store_len: int) -> np.dtype:
 
 
 _DTYPES = {(b, s): _header_dtype(b, s) for b in (8, 20) for s in (8, 20)}
+_SHAPES: dict = {}          # _shape_key -> _Shape, oldest first
+SHAPES_KEPT = 128           # at most this many shapes (a few KiB each for batches of 32)
+SHAPE_MAX_RECORDS = 1024    # larger batches are not kept
 
 
-class PreparedBatch:
-    """A validated batch ready to write; `first` is the first record as prepare_record makes it
-    (its topic, queue and flags stand for the batch)."""
+class _Shape:
+    """What every batch of one shape shares (`_SHAPES`): the record standing for the batch (the
+    first, as `prepare_record` makes it), the n headers but for the fields each batch sets, the
+    n tails but for their UNIQ_KEY columns, and each record's (index, start) in the batch."""
 
-    __slots__ = ("first", "record_sizes", "total", "_rows", "_bodies", "_block", "_tails")
+    __slots__ = ("first", "record_sizes", "total", "heads", "tails", "key_at", "places", "fields")
 
-    def __init__(self, first: PreparedRecord, record_sizes: tuple, rows: np.ndarray, bodies: list,
-                 block, tails: np.ndarray):
+    def __init__(self, first: PreparedRecord, record_sizes: tuple, rows: np.ndarray, tails: np.ndarray,
+                 key_at: int):
         self.first = first
         self.record_sizes = record_sizes
         self.total = sum(record_sizes)
-        self._rows = rows          # the headers, position fields still to fill
+        self.heads = rows.view(_U8).reshape(len(rows), -1)
+        self.tails = tails
+        self.key_at = key_at
+        places = np.zeros((len(record_sizes), 2), np.int64)
+        places[:, 0] = np.arange(len(record_sizes))
+        places[1:, 1] = np.cumsum(record_sizes[:-1])
+        self.places = places
+        for shared in (self.heads, tails, places):
+            shared.flags.writeable = False            # batches of every thread read them
+        self.fields = _set_fields(rows.dtype, record_sizes[0] if len(set(record_sizes)) == 1 else None)
+
+
+def _set_fields(header: np.dtype, record_size: int | None) -> np.dtype:
+    """The fields a batch sets (CRC, QUEUEOFFSET and PHYSICALOFFSET together, BORNTIMESTAMP,
+    STORETIMESTAMP) over rows of `record_size` bytes (whole records one after the other), or
+    over bare headers."""
+    return np.dtype({"names": ["crc", "positions", "born_ts", "store_ts"],
+                     "formats": [">i4", (">i8", 2), ">i8", ">i8"],
+                     "offsets": [header.fields[f][1] for f in ("crc", "queue_offset", "born_ts", "store_ts")],
+                     "itemsize": record_size or header.itemsize})
+
+
+class PreparedBatch:
+    """A validated batch ready to write: its shape and what is its own (CRCs, born timestamp,
+    UNIQ_KEYs, bodies). `first` stands for the batch (topic, queue and flags)."""
+
+    __slots__ = ("_shape", "first", "record_sizes", "total", "_crcs", "_born", "_keys", "_bodies",
+                 "_block")
+
+    def __init__(self, shape: _Shape, crcs: np.ndarray, born: int, keys: bytes | None, bodies: list,
+                 block):
+        self._shape = shape
+        self.first = shape.first
+        self.record_sizes = shape.record_sizes
+        self.total = shape.total
+        self._crcs = crcs          # the BODYCRC of each record
+        self._born = born
+        self._keys = keys          # the UNIQ_KEYs back to back (ASCII, one width), or None
         self._bodies = bodies
         self._block = block        # the bodies back to back, when they are all one size
-        self._tails = tails        # (n, tail length) bytes
 
     def __len__(self) -> int:
         return len(self.record_sizes)
@@ -70,32 +115,47 @@ class PreparedBatch:
               store_timestamp: int) -> int:
         """Write the records at `pos` of `buf`, the first at `phys_offset` with `queue_offset`
         (None: 0 for all, a transaction's prepared or rollback record); return the end."""
-        rows, n, total = self._rows, len(self.record_sizes), self.total
-        rows["queue_offset"] = 0 if queue_offset is None else \
-            np.arange(queue_offset, queue_offset + n, dtype=np.int64)
-        starts = np.fromiter(accumulate(self.record_sizes[:-1], initial=phys_offset), np.int64, n)
-        rows["phys_offset"] = starts
-        rows["store_ts"] = store_timestamp
-        heads = rows.view(_U8).reshape(n, -1)
+        shape = self._shape
+        n, total, keys = len(shape.record_sizes), shape.total, self._keys
+        heads, tails, h = shape.heads, shape.tails, shape.heads.shape[1]
         out = grid = None
         try:
             out = np.frombuffer(buf, _U8, total, pos)   # an export of buf: dropped below
-            if self._block is not None:
-                size, h = self.record_sizes[0], heads.shape[1]
-                grid = out.reshape(n, size)
+            if self._block is not None:                 # one size: the batch as an (n, size) grid
+                grid = out.reshape(n, shape.record_sizes[0])
+                body_end = grid.shape[1] - tails.shape[1]
                 grid[:, :h] = heads
-                body_end = size - self._tails.shape[1]
                 grid[:, h:body_end] = np.frombuffer(self._block, _U8).reshape(n, body_end - h)
-                grid[:, body_end:] = self._tails
+                grid[:, body_end:] = tails
+                if keys:
+                    at = body_end + shape.key_at
+                    grid[:, at:at + len(keys) // n] = np.frombuffer(keys, _U8).reshape(n, -1)
+                self._set(np.frombuffer(buf, shape.fields, n, pos), queue_offset, phys_offset,
+                          store_timestamp)
             else:
-                head_b, tail_b = heads.tobytes(), self._tails.tobytes()
-                h, t = heads.shape[1], self._tails.shape[1]
+                rows = np.frombuffer(bytearray(heads.tobytes()), shape.fields)
+                self._set(rows, queue_offset, phys_offset, store_timestamp)
+                if keys:
+                    tails = tails.copy()
+                    tails[:, shape.key_at:shape.key_at + len(keys) // n] = \
+                        np.frombuffer(keys, _U8).reshape(n, -1)
+                head_b, tail_b = rows.tobytes(), tails.tobytes()
+                t = tails.shape[1]
                 out[:] = np.frombuffer(b"".join(chain.from_iterable(zip(
                     [head_b[i:i + h] for i in range(0, n * h, h)], self._bodies,
                     [tail_b[i:i + t] for i in range(0, n * t, t)]))), _U8)
         finally:
             del out, grid                                 # so that buf can be closed
         return pos + total
+
+    def _set(self, rows: np.ndarray, queue_offset: int | None, phys_offset: int, store_timestamp: int):
+        rows["crc"] = self._crcs
+        rows["born_ts"] = self._born
+        rows["store_ts"] = store_timestamp
+        positions = self._shape.places + (queue_offset or 0, phys_offset)
+        if queue_offset is None:
+            positions[:, 0] = 0
+        rows["positions"] = positions
 
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
@@ -114,13 +174,67 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     """`core.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
     batch); None when the batch does not fit the columns (fewer than two records, or keys of
     different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
-    back in one buffer (the put_batch frame)."""
+    back in one buffer (the put_batch frame).
+
+    A batch whose shape (`_shape_key`) was seen before is only checked for what is its own:
+    the bodies' types and sizes, the keys, the born timestamp."""
     n = len(bodies)
     if n < 2:
         return None
     keyed = uniq_keys is not None
     if keyed and (len(uniq_keys) != n or PROPERTY_UNIQ_KEY in (msg.properties or {})):
         return PutMessageStatus.MESSAGE_ILLEGAL
+    types = list(map(type, bodies))
+    sizes = list(map(len, bodies)) if types.count(bytes) == n or set(types) <= _BODY_TYPES else None
+    joined = None
+    if keyed:
+        if list(map(type, uniq_keys)).count(str) != n:
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        joined = "".join(uniq_keys)
+        if not joined.isascii() or list(map(len, uniq_keys)).count(len(uniq_keys[0])) != n:
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        if "\x01" in joined or "\x02" in joined:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        joined = joined.encode("ascii")
+    born = msg.born_timestamp
+    if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
+            or not -(1 << 63) <= born < 1 << 63:
+        return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+    try:
+        key = _shape_key(msg, n, sizes[0], len(joined) // n if keyed else None, max_message_size,
+                         store_host_bytes)
+        shape = _SHAPES.get(key)
+    except TypeError:                                   # an unhashable field: no cache
+        return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+    if shape is None:
+        batch = _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
+            if len(_SHAPES) >= SHAPES_KEPT:
+                del _SHAPES[next(iter(_SHAPES))]           # the oldest shape goes
+            _SHAPES[key] = batch._shape
+        return batch
+    return PreparedBatch(shape, np.fromiter(map(zlib.crc32, bodies), np.uint32, n) & 0x7FFFFFFF, born,
+                         joined, bodies, b"".join(bodies) if block is None else block)
+
+
+def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_size: int,
+               store_host_bytes) -> tuple:
+    """Every input of `_columns` that two batches alike but for bodies (of one size), keys (of
+    one length) and born timestamp share; TypeError when one is unhashable. The types are part
+    of it: 1, 1.0 and True are equal keys, but not all of them are legal field values."""
+    props = msg.properties
+    ints = (msg.queue_id, msg.flag, msg.sys_flag, msg.reconsume_times, msg.prepared_transaction_offset)
+    return (msg.topic, ints, tuple(map(type, ints)), msg.tags, msg.keys, msg.born_host,
+            None if store_host_bytes else msg.store_host,
+            (tuple(props.items()), tuple(map(type, props.values()))) if props else None, n, body_size,
+            key_len, max_message_size, store_host_bytes)
+
+
+def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None,
+             uniq_keys: list | None, block):
+    """`prepare_columns` without the shape cache."""
+    n = len(bodies)
+    keyed = uniq_keys is not None
     first = prepare_batch(copy.copy(msg), bodies[:1], max_message_size, store_host_bytes,
                           uniq_keys[:1] if keyed else None)     # a copy: it sets body and UNIQ_KEY
     if first.__class__ is PutMessageStatus:
@@ -141,30 +255,28 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     fixed = first.size - sizes[0]
     if max(sizes) > min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    rows = _header_rows(first, n, sizes, bodies)
     tails = np.empty((n, len(first.tail)), _U8)
     tails[:] = np.frombuffer(first.tail, _U8)
-    if keyed and key_len:
-        at = _key_position(first.tail, uniq_keys[0].encode("ascii"))
-        tails[:, at:at + key_len] = np.frombuffer(joined.encode("ascii"), _U8).reshape(n, key_len)
+    key_at = _key_position(first.tail, uniq_keys[0].encode("ascii")) if keyed else 0
     uniform = len(set(sizes)) == 1
     if uniform and block is None:
         block = b"".join(bodies)
-    return PreparedBatch(first, tuple(s + fixed for s in sizes), rows, bodies,
-                         block if uniform else None, tails)
+    shape = _Shape(first, tuple(s + fixed for s in sizes), _header_rows(first, n, sizes), tails, key_at)
+    return PreparedBatch(shape, np.fromiter(map(zlib.crc32, bodies), np.uint32, n) & 0x7FFFFFFF,
+                         first.born_timestamp, joined.encode("ascii") if keyed and key_len else None,
+                         bodies, block if uniform else None)
 
 
-def _header_rows(first: PreparedRecord, n: int, sizes: list, bodies: list) -> np.ndarray:
-    """The n headers with every field but the three set at append: the first record's header
-    repeated, then the sizes and CRCs of each."""
-    template = first.header.pack(first.size, MAGIC_V1, first.crc, first.queue_id, first.flag, 0, 0,
+def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
+    """The n headers with every field but the ones each batch sets (CRC, positions, store
+    timestamp): the first record's header repeated, then the size of each."""
+    template = first.header.pack(first.size, MAGIC_V1, 0, first.queue_id, first.flag, 0, 0,
                                  first.sys_flag, first.born_timestamp, first.born_host, 0,
                                  first.store_host, first.reconsume_times, first.prepared_offset,
                                  sizes[0])
     rows = np.frombuffer(bytearray(template * n), _DTYPES[len(first.born_host), len(first.store_host)])
     sizes_a = np.array(sizes, np.int32)
     rows["size"] = sizes_a + (first.size - sizes[0])
-    rows["crc"] = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
     rows["body_len"] = sizes_a
     return rows
 

@@ -7,26 +7,33 @@ unit), reads by physical offset, and the written/committed/flushed/confirm posit
 from __future__ import annotations
 
 import mmap
+import struct
 import threading
 import time
+import zlib
 
 from core.batch_encode import PreparedBatch
 from core.codec import (
-    BLANK_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, PreparedRecord, prepare_record, read_i32, read_i64,
+    _HEADERS, _HOSTS, _I16, _TOPICS, BLANK_SIZE, MAGIC_V1, MAX_PROPERTIES_BYTES, PHYS_OFFSET_POS,
+    QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
-from core.record_encode import POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared
+from core.record_encode import (
+    _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
+)
 from core.fileops import FileOps
 from core.mapped_file_queue import MappedFileQueue
 from core.message import (
-    SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
-    host_to_bytes,
+    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK, host_to_bytes,
 )
-from core.prefault import PrefaultAhead
-from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
+from core.prefault import NEVER, PrefaultAhead
+from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result
 from core.transient_pool import TransientStorePool
 
 _NO_QUEUE_OFFSET = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+_HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
+_APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
 
 
 def now_ms() -> int:
@@ -44,11 +51,12 @@ class CommitLog:
         self.put_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.begin_time_in_lock = 0
-        self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
+        self.store_host_bytes, self._store_v6 = host_to_bytes(config.store_host_tuple)
         self.max_message_size = config.max_message_size
         self._writing = None              # the segment being appended to, held mapped
         self._target = None               # where its bytes go: its mapping or its pool buffer
         self._prefault: PrefaultAhead | None = None     # started with the first append
+        self._prefault_at = 0             # the physical offset past which appends tell it again
 
     # -- append --------------------------------------------------------------------------
     def prepare(self, msg):
@@ -58,15 +66,46 @@ class CommitLog:
         """Append one prepared record (as `append_encoded` does the bytes of one)."""
         return self.append_encoded(*encode_prepared(rec))
 
-    def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:
-        """Append one record as `core.record_encode.encode_record` gives it (the single put):
-        one copy into the segment, then QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP set."""
-        size = len(data)
+    def append_message(self, msg) -> AppendMessageResult | PutMessageStatus:
+        """The single put (`MessageStore.put_message`): the message appended as one record, or
+        the PutMessageStatus refusing it (MESSAGE_ILLEGAL and the like, OS_PAGECACHE_BUSY).
+
+        The common message (`core.record_encode`: bytes body, a topic and TAGS/KEYS seen
+        before, string properties, IPv4 hosts) is checked and packed straight into the segment
+        under the lock: one header pack, two copies. Any other takes `encode_record`, whose
+        checks are the reference; tests hold the two to byte equality."""
+        try:
+            body = msg.body
+            topic = msg.topic
+            head = _TOPICS.get(topic)
+            queue_id = msg.queue_id
+            props = msg.properties
+            end = _ENDS.get((msg.tags, msg.keys))
+            born = _HOSTS.get(msg.born_host)
+            sys_flag = msg.sys_flag
+            if body.__class__ is not bytes or not head or queue_id.__class__ is not int \
+                    or not 0 <= queue_id < 0x80000000 or not props or end is None or born is None \
+                    or born[1] or self._store_v6 or sys_flag.__class__ is not int \
+                    or PROPERTY_TAGS in props or PROPERTY_KEYS in props:
+                return self._append_other(msg)
+            props_b = ("\x02".join(map("\x01".join, props.items())) + end[0]).encode()
+            n = len(props) + end[1]
+            body_len = len(body)
+            size = 90 + len(head) + body_len + len(props_b)      # head: TOPICLENGTH TOPIC
+            if n + n != props_b.count(b"\x01") + props_b.count(b"\x02") or body_len > self.max_message_size \
+                    or len(props_b) > MAX_PROPERTIES_BYTES or size > self.max_message_size + TOTAL_SIZE_SLACK:
+                return self._append_other(msg)
+        except (TypeError, ValueError, AttributeError, LookupError):   # e.g. a property not a str
+            return self._append_other(msg)
+        tail = head + _I16.pack(len(props_b)) + props_b
+        sys_flag &= _HOST_BITS
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        if self.begin_time_in_lock and self.is_os_page_cache_busy():
+            return self._append_other(msg)         # refuses an illegal message first, as it must
         if size + BLANK_SIZE > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
-            store_ts = time.time_ns() // 1_000_000
-            self.begin_time_in_lock = store_ts
+            self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
             try:
                 mf = self._writing
                 if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
@@ -75,32 +114,80 @@ class CommitLog:
                         return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
                 pos = mf.wrote_position
                 phys = mf.file_from_offset + pos
+                counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
                 key = (topic, queue_id)
                 table = self.topic_queue_table
-                counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
                 qoff = table.get(key, 0) if counted else 0
                 target = self._target
+                try:
+                    _HEADER_V4.pack_into(target, pos, size, MAGIC_V1, crc, queue_id, msg.flag, qoff, phys,
+                                         sys_flag, msg.born_timestamp, born[0], store_ts, self.store_host_bytes,
+                                         msg.reconsume_times, msg.prepared_transaction_offset, body_len)
+                except struct.error:                         # a field out of its Java range:
+                    target[pos:pos + _HEADER_V4.size] = bytes(_HEADER_V4.size)   # zero what it packed
+                    mf = None
+                else:
+                    body_at = pos + _HEADER_V4.size
+                    tail_at = body_at + body_len
+                    target[body_at:tail_at] = body
+                    target[tail_at:pos + size] = tail
+                    if counted:
+                        table[key] = qoff + 1
+                    mf.wrote_position = pos + size
+                    mf.store_timestamp = store_ts
+                    if phys + size >= self._prefault_at:
+                        self._prefault_wrote(mf, pos + size)
+            finally:
+                self.begin_time_in_lock = 0
+        if mf is None:
+            return self._append_other(msg)
+        return new_result(AppendMessageResult, (_APPENDED, phys, size, store_ts, qoff, 1,
+                                                self.store_host_bytes, (size,)))
+
+    def _append_other(self, msg) -> AppendMessageResult | PutMessageStatus:
+        """`append_message` of any message: `encode_record`, then `append_encoded`."""
+        rec = encode_record(msg, self.max_message_size, self.store_host_bytes)
+        if rec.__class__ is PutMessageStatus:
+            return rec
+        if self.begin_time_in_lock and self.is_os_page_cache_busy():
+            return PutMessageStatus.OS_PAGECACHE_BUSY
+        return self.append_encoded(*rec)
+
+    def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:
+        """Append one record as `core.record_encode.encode_record` gives it (the single put):
+        one copy into the segment, then QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP set."""
+        size = len(data)
+        if size + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
+            try:
+                mf = self._writing
+                if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
+                    mf = self._segment_with_room(size)
+                    if mf is None:
+                        return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                pos = mf.wrote_position
+                phys = mf.file_from_offset + pos
                 end = pos + size
+                target = self._target
                 target[pos:end] = data
+                if (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET:
+                    key = (topic, queue_id)
+                    table = self.topic_queue_table
+                    table[key] = (qoff := table.get(key, 0)) + 1
+                else:
+                    qoff = 0
                 _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
                 _STORE_TS.pack_into(target, pos + (68 if sys_flag & SYSFLAG_BORNHOST_V6 else 56), store_ts)
                 mf.wrote_position = end
-                if counted:
-                    table[key] = qoff + 1
                 mf.store_timestamp = store_ts
-                if self._prefault is not None:
-                    self._prefault.wrote(mf, end)
+                if phys + size >= self._prefault_at:
+                    self._prefault_wrote(mf, end)
             finally:
                 self.begin_time_in_lock = 0
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, phys, size, store_ts, qoff, 1,
-                                   self.store_host_bytes, (size,))
-
-    def _append_locked_ts(self, recs, total, store_ts) -> AppendMessageResult:
-        self.begin_time_in_lock = store_ts
-        try:
-            return self._append_locked(recs, total, store_ts)
-        finally:
-            self.begin_time_in_lock = 0
+        return new_result(AppendMessageResult, (_APPENDED, phys, size, store_ts, qoff, 1,
+                                                self.store_host_bytes, (size,)))
 
     def append_batch(self, recs: list[PreparedRecord] | PreparedBatch) -> AppendMessageResult:
         """Append records of one topic and queue as one unit, all in one segment."""
@@ -141,10 +228,18 @@ class CommitLog:
         mf.store_timestamp = store_ts
         if counted:
             table[key] = q
-        if self._prefault is not None:
-            self._prefault.wrote(mf, pos)
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_ts, qoff,
-                                   len(recs), self.store_host_bytes, sizes)
+        if base + pos >= self._prefault_at:
+            self._prefault_wrote(mf, pos)
+        return new_result(AppendMessageResult, (_APPENDED, wrote_offset, total, store_ts,
+                                                qoff, len(recs), self.store_host_bytes, sizes))
+
+    def _prefault_wrote(self, mf, position: int) -> None:
+        """Tell the prefault thread where the writer is; the appends call this again only once
+        they pass `_prefault_at`."""
+        if self._prefault is None:
+            self._prefault_at = NEVER
+        else:
+            self._prefault_at = self._prefault.wrote(mf, position)
 
     def _segment_with_room(self, total: int):
         """The segment to append `total` bytes to, after a blank record and a roll when the held
@@ -179,6 +274,7 @@ class CommitLog:
         self._target = mf.write_buffer if mf.write_buffer is not None else buf
         if self._prefault is None and isinstance(buf, mmap.mmap):
             self._prefault = PrefaultAhead(self.queue)
+        self._prefault_at = 0
         return mf
 
     def reset_writer(self) -> None:

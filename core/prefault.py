@@ -21,6 +21,8 @@ from core.fileops import MADV_POPULATE_WRITE, PAGE_SIZE
 
 log = logging.getLogger(__name__)
 AHEAD = 32 << 20                # bytes kept prefaulted past the write position
+CHECK_EVERY = 256 << 10         # the writer reports its position after this many bytes
+NEVER = 1 << 62                 # an offset the writer never reaches: no more reports
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _madvise = _libc.madvise
@@ -39,8 +41,9 @@ def buffer_address(buf) -> int:
 
 
 class PrefaultAhead:
-    """Call `wrote(mf, position)` after each append; the thread keeps [position, position +
-    AHEAD) of `mf` prefaulted. `close()` stops the thread."""
+    """Call `wrote(mf, position)` after an append that reached the offset the last call
+    returned (and after a segment change); the thread keeps [position, position + AHEAD) of
+    `mf` prefaulted. `close()` stops the thread."""
 
     def __init__(self, queue, ahead: int = AHEAD):
         self.queue = queue
@@ -55,14 +58,18 @@ class PrefaultAhead:
         self._thread = threading.Thread(target=self._run, name="prefault", daemon=True)
         self._thread.start()
 
-    def wrote(self, mf, position: int) -> None:
-        """The writer reached `position` in `mf` (cheap when nothing needs doing)."""
+    def wrote(self, mf, position: int) -> int:
+        """The writer reached `position` in `mf`; returns the physical offset at which it should
+        call again (it need not call before: cheap appends stay cheap)."""
+        again = mf.file_from_offset + position + CHECK_EVERY
         if mf is self._done_mf and position + self._refill <= self._done_upto:
-            return
-        if not self._supported or mf.write_buffer is not None or self._wake.is_set():
-            return                                # a pool buffer is resident already
-        self._wanted = (mf, position)
-        self._wake.set()
+            return again
+        if not self._supported or mf.write_buffer is not None:
+            return NEVER                          # a pool buffer is resident already
+        if not self._wake.is_set():
+            self._wanted = (mf, position)
+            self._wake.set()
+        return again
 
     def _run(self) -> None:
         while True:

@@ -1,5 +1,6 @@
-"""One message encoded as its whole CommitLog record, for the single put (`MessageStore.put_message`
-and the appender's `put`).
+"""One message encoded as its whole CommitLog record, for the single put of the appender service
+(`services/appender.py`); the embedded store's `CommitLog.append_message` packs the same common
+message straight into the segment and takes `encode_record` for any other.
 
 `encode_record` gives the record's bytes (DESIGN.md section 3) with QUEUEOFFSET,
 PHYSICALOFFSET and STORETIMESTAMP left zero: the appender copies the bytes into the segment
@@ -21,13 +22,14 @@ from core.codec import (
     _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
     _properties_string, prepare_record, write_record,
 )
-from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.message import PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.status import PutMessageStatus
 
 _BODY_TYPES = (bytes, bytearray, memoryview)
 _HOST_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
 POSITIONS = struct.Struct(">qq")          # QUEUEOFFSET PHYSICALOFFSET, at QUEUE_OFFSET_POS
 STORE_TIMESTAMP = struct.Struct(">q")     # at 56, or 68 after an IPv6 born host
+_ENDS: dict = {}                          # (TAGS, KEYS) -> _end_of(TAGS, KEYS)
 
 
 def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
@@ -44,9 +46,15 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         if body.__class__ not in _BODY_TYPES or not head or queue_id.__class__ is not int \
                 or not 0 <= queue_id < 0x80000000 or len(body) > max_message_size:
             return _general(msg, max_message_size, store_host_bytes)
-        s, n, tags, _ = _properties_string(msg)
-        if tags and tags.__class__ is not str:            # prepare_record refuses its tag code
-            return _general(msg, max_message_size, store_host_bytes)
+        props = msg.properties
+        end = _ENDS.get((msg.tags, msg.keys)) or _end_of(msg.tags, msg.keys)
+        if props and end and PROPERTY_TAGS not in props and PROPERTY_KEYS not in props:
+            s = "\x02".join(map("\x01".join, props.items())) + end[0]     # TypeError: not all str
+            n = len(props) + end[1]
+        else:
+            s, n, tags, _ = _properties_string(msg)
+            if tags and tags.__class__ is not str:            # prepare_record refuses its tag code
+                return _general(msg, max_message_size, store_host_bytes)
         props_b = s.encode("utf-8")
         born = _HOSTS.get(msg.born_host)
         sys_flag = msg.sys_flag
@@ -69,6 +77,20 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
                 sys_flag)
     except (TypeError, ValueError, AttributeError, LookupError, struct.error):
         return _general(msg, max_message_size, store_host_bytes)
+
+
+def _end_of(tags, keys):
+    """(the end of a property string after the message's own pairs: "\\x02", then the TAGS and
+    KEYS pairs; the number of those pairs) for TAGS and KEYS that `_properties_string` would
+    write as they are, cached; None for any other (a list of keys, a tag that is not a str)."""
+    if (tags and tags.__class__ is not str) or (keys and (
+            keys.__class__ is not str or "  " in keys or keys[0] == " " or keys[-1] == " ")):
+        return None
+    end = ("\x02" + (f"{PROPERTY_TAGS}\x01{tags}\x02" if tags else "")
+           + (f"{PROPERTY_KEYS}\x01{keys}\x02" if keys else ""), bool(tags) + bool(keys))
+    if len(_ENDS) < 4096:
+        _ENDS[tags, keys] = end
+    return end
 
 
 def _general(msg, max_message_size: int, store_host_bytes: bytes):

@@ -26,15 +26,16 @@ from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
 from core.message import PROPERTY_UNIQ_KEY, Message
 from core.read_path import StoreReader
-from core.record_encode import encode_record
 from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
-from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus
+from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus, new_result
 from core.store_files import AbortFile, StoreLock
 from core.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 S = PutMessageStatus
+_PUT_OK = S.PUT_OK
+_APPENDED = AppendMessageStatus.PUT_OK
 
 
 # The fields a batch's messages must share to be encoded once (`prepare_batch`).
@@ -67,9 +68,9 @@ def _batch_template(msgs):
         keys = list(map(_UNIQ, all_props))
     except (TypeError, LookupError):                   # no properties, or no UNIQ_KEY
         return None
-    if lengths.count(len(props)) != n or set(map(type, keys)) != {str}:
+    if lengths.count(len(props)) != n or list(map(type, keys)).count(str) != n:
         return None
-    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY}
+    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY} if len(props) > 1 else {}
     if shared and any(p.get(k) != v for p in all_props for k, v in shared.items()):
         return None
     template = _copy_message(first)
@@ -238,24 +239,21 @@ class MessageStore:
             status = self._check_store_status()            # some flags (NOT_READABLE) allow puts
             if status is not None:
                 return PutMessageResult(status)
-        commitlog = self.commitlog
-        rec = encode_record(msg, commitlog.max_message_size, commitlog.store_host_bytes)
-        if rec.__class__ is PutMessageStatus:
-            return PutMessageResult(rec)
-        if commitlog.begin_time_in_lock and commitlog.is_os_page_cache_busy():
-            return PutMessageResult(S.OS_PAGECACHE_BUSY)
-        result = commitlog.append_encoded(*rec)
-        if result.status is not AppendMessageStatus.PUT_OK:
+        result = self.commitlog.append_message(msg)
+        if result.__class__ is PutMessageStatus:            # refused before the append
+            return PutMessageResult(result)
+        if result[0] is not _APPENDED:                     # .status
             return self._append_failed(result)
         if self._sync_flush and msg.wait_store_msg_ok:
             return self._wait_flush(result)
-        return PutMessageResult(S.PUT_OK, result)
+        return new_result(PutMessageResult, (_PUT_OK, result))
 
     def put_messages(self, msgs) -> PutMessageResult:
         """Append a batch (one topic and queue) as one unit: all of it or none."""
-        status = self._check_store_status()
-        if status is not None:
-            return PutMessageResult(status)
+        if not self.running or self.flags.bits or self._is_slave:
+            status = self._check_store_status()
+            if status is not None:
+                return PutMessageResult(status)
         if not msgs:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         first = msgs[0]
@@ -270,7 +268,7 @@ class MessageStore:
                 return PutMessageResult(recs)
             if (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & 0xC:
                 return PutMessageResult(S.MESSAGE_ILLEGAL)
-            return self._append(recs, first.wait_store_msg_ok)
+            return self._append(recs, first)
         recs = []
         for m in msgs:
             if m.topic != first.topic or m.queue_id != first.queue_id:
@@ -281,17 +279,19 @@ class MessageStore:
             if rec.sys_flag & 0xC:                         # no transactions in a batch
                 return PutMessageResult(S.MESSAGE_ILLEGAL)
             recs.append(rec)
-        return self._append(recs, first.wait_store_msg_ok)
+        return self._append(recs, first)
 
-    def _append(self, recs, wait: bool) -> PutMessageResult:
-        if self.commitlog.is_os_page_cache_busy():
+    def _append(self, recs, first) -> PutMessageResult:
+        """Append a prepared batch; under SYNC_FLUSH wait as its first message asks."""
+        commitlog = self.commitlog
+        if commitlog.begin_time_in_lock and commitlog.is_os_page_cache_busy():
             return PutMessageResult(S.OS_PAGECACHE_BUSY)
-        result = self.commitlog.append_batch(recs)
-        if result.status is not AppendMessageStatus.PUT_OK:
+        result = commitlog.append_batch(recs)
+        if result[0] is not _APPENDED:                     # .status
             return self._append_failed(result)
-        if self._sync_flush and wait:
+        if self._sync_flush and first.wait_store_msg_ok:
             return self._wait_flush(result)
-        return PutMessageResult(S.PUT_OK, result)
+        return new_result(PutMessageResult, (_PUT_OK, result))
 
     def _append_failed(self, result) -> PutMessageResult:
         if result.status is AppendMessageStatus.UNKNOWN_ERROR:

@@ -143,3 +143,25 @@ def test_a_column_batch_that_does_not_fit_moves_whole_to_the_next_segment(make_l
         assert m.properties["UNIQ_KEY"] == "%032X" % i
         offset += m.store_size
     assert log.topic_queue_table[("test-topic", 0)] == 90
+
+
+def test_a_batch_of_a_known_shape_writes_its_own_bodies_keys_and_born_time():
+    """The second batch of a shape takes the cached headers and tails: its bytes are still the
+    ones record by record gives, and a field that is only equal (1.0 for 1) is not taken."""
+    def batch(seed, born, flag=0):
+        msg = Message("Shape", b"", 1, flag, "TagA", None, {"p": "v"}, born, ("127.0.0.1", 5))
+        bodies = [bytes([seed + i]) * 64 for i in range(5)]
+        keys = ["%032X" % (seed * 100 + i) for i in range(5)]
+        return msg, bodies, keys
+    for seed, born in ((1, 10), (2, 99), (3, 1 << 62)):
+        msg, bodies, keys = batch(seed, born)
+        want = prepare_batch(copy.copy(msg), bodies, 4096, STORE_HOST, keys)
+        got = prepare_batch_records(msg, bodies, 4096, STORE_HOST, keys)
+        assert isinstance(got, PreparedBatch)
+        assert write_columns(got, 7, 5, 1000, 3) == write_reference(want, 7, 5, 1000, 3)
+    msg, bodies, keys = batch(1, 10, flag=1)
+    assert isinstance(prepare_batch_records(msg, bodies, 4096, STORE_HOST, keys), PreparedBatch)
+    msg, bodies, keys = batch(1, 10, flag=1.0)
+    assert prepare_batch_records(msg, bodies, 4096, STORE_HOST, keys) is PutMessageStatus.MESSAGE_ILLEGAL
+    msg, bodies, keys = batch(1, 1.5)
+    assert prepare_batch_records(msg, bodies, 4096, STORE_HOST, keys) is PutMessageStatus.MESSAGE_ILLEGAL

@@ -149,3 +149,55 @@ def test_append_encoded_writes_what_append_writes(tmp_path, sys_flag):
     assert log_bytes(a) == log_bytes(b)
     a.shutdown()
     b.shutdown()
+
+
+
+class _FixedClock:
+    @staticmethod
+    def time_ns():
+        return 1_700_000_000_123_000_000
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=6), st.sampled_from([1024, 200, 1 << 20]))
+def test_append_message_writes_what_append_writes_or_refuses_alike(tmp_path_factory, msgs, max_size):
+    """`CommitLog.append_message` (the single put: the common message packed in place) against
+    `prepare_record` + `append`: same statuses, same bytes, same results. Each message goes in
+    twice, so that the second finds the topic, host and TAGS/KEYS caches filled."""
+    import core.commitlog as commitlog_module
+    root = tmp_path_factory.mktemp("log")
+    a, b = open_log(root / "a", 1 << 16), open_log(root / "b", 1 << 16)
+    a.max_message_size = b.max_message_size = max_size
+    real = commitlog_module.time
+    commitlog_module.time = _FixedClock
+    try:
+        for msg in msgs + msgs:
+            want = a.prepare(copy.copy(msg))
+            got = b.append_message(copy.copy(msg))
+            if want.__class__ is PutMessageStatus:
+                assert got is want
+                continue
+            ra = a.append(want)
+            assert ra == got and ra.msg_id == got.msg_id
+        assert a.topic_queue_table == b.topic_queue_table
+        assert a.get_max_offset() == b.get_max_offset()
+        # a message refused for a field out of range may leave b a segment with nothing in it
+        assert log_bytes(a).rstrip(b"\0") == log_bytes(b).rstrip(b"\0")
+    finally:
+        commitlog_module.time = real
+        a.shutdown()
+        b.shutdown()
+
+
+def test_append_message_packs_the_common_message_in_place(tmp_path, monkeypatch):
+    """The benchmark's message never takes `encode_record` once the caches know it."""
+    log = open_log(tmp_path, 1 << 16)
+    msg = Message("BenchTopic", b"b" * 1024, queue_id=3, tags="TagA",
+                  properties={"UNIQ_KEY": "7F0000011A2B1B2C3D4E12340000ABCD"}, born_timestamp=17)
+    first = log.append_message(copy.copy(msg))                  # fills the caches
+    monkeypatch.setattr("core.commitlog.encode_record", lambda *a: pytest.fail("took encode_record"))
+    second = log.append_message(msg)
+    assert (second.wrote_offset, second.logics_offset) == (first.wrote_bytes, 1)
+    assert log.read(second.wrote_offset, second.wrote_bytes)[84:] == \
+        log.read(first.wrote_offset, first.wrote_bytes)[84:]
+    log.shutdown()
