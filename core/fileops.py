@@ -8,6 +8,7 @@ the states a power cut could leave. Code elsewhere in `core` never imports `mmap
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -35,6 +36,25 @@ class Mapping:
     def flush(self, lo: int = 0, hi: int | None = None) -> None:
         """Make bytes [lo, hi) durable. fdatasync releases the GIL, unlike mmap.flush (DESIGN.md 4)."""
         os.fdatasync(self._fd)
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The parts of [lo, hi) that may hold bytes other than zero: all of it but the holes
+        the file system reports (SEEK_DATA/SEEK_HOLE: blocks never written, fallocated ones
+        included, with no page of them in the cache; a page written through any mapping is
+        in the cache). Where the file system cannot tell, the whole range."""
+        out: list[tuple[int, int]] = []
+        pos = lo
+        try:
+            while pos < hi:
+                start = os.lseek(self._fd, pos, os.SEEK_DATA)
+                if start >= hi:
+                    break
+                pos = min(os.lseek(self._fd, start, os.SEEK_HOLE), hi)
+                out.append((start, pos))
+        except OSError as e:
+            if e.errno != errno.ENXIO:             # ENXIO: no data at or after pos
+                out.append((pos, hi))
+        return out
 
     def populate(self, length: int | None = None) -> None:
         """Prefault the first `length` bytes (all by default) for writing, so that first

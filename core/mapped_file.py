@@ -169,17 +169,20 @@ class MappedFile:
             self.release()
 
     def zero(self, lo: int, hi: int) -> None:
-        """Zero [lo, hi) and flush it, so that truncated bytes can never come back."""
+        """Zero [lo, hi) and flush it, so that truncated bytes can never come back. Holes the
+        file system reports are zero already and are not read (reading them through the
+        mapping would fault in a page cache page for each 4 KiB: seconds for a 1 GiB tail)."""
         buf = self.hold()
         try:
             step = 1 << 20
             dirty = False
-            for p in range(lo, hi, step):
-                n = min(step, hi - p)
-                zeros = bytes(n)
-                if buf[p:p + n] != zeros:          # skip ranges that are zero already
-                    buf[p:p + n] = zeros
-                    dirty = True
+            for a, b in self._mapping.data_ranges(lo, hi):
+                for p in range(a, b, step):
+                    n = min(step, b - p)
+                    zeros = bytes(n)
+                    if buf[p:p + n] != zeros:      # skip ranges that are zero already
+                        buf[p:p + n] = zeros
+                        dirty = True
             if dirty:
                 self._mapping.flush(lo - lo % PAGE_SIZE, hi)
         finally:

@@ -203,6 +203,10 @@ class RecordingMapping(Mapping):
             raise ValueError(f"flush of a closed mapping of {self.path}")
         self._flush_range(self.image, lo, self.size if hi is None else hi, self.size)
 
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """An image has no holes: all of it may hold data."""
+        return [(lo, hi)] if lo < hi else []
+
     def populate(self, length: int | None = None) -> None:
         """Nothing to prefault in memory."""
 

@@ -140,6 +140,45 @@ def test_zero_is_durable(new_file):
     assert data[:100] == b"\xff" * 100 and data[100:] == bytes(8092)
 
 
+def _covered(ranges) -> int:
+    return sum(b - a for a, b in ranges)
+
+
+def test_zero_of_a_never_written_tail_reads_none_of_it(new_file):
+    """Zeroing the fallocated, never-written tail of a segment (what recovery and appender
+    startup do past the end of the log) must not read it through the mapping: that faults in
+    a page cache page per 4 KiB, seconds for the tail of a 1 GiB segment. The file system
+    reports holes coarsely (a write fault reads ahead around itself, and those pages count as
+    data), so the test asks only that most of a large tail stays a hole."""
+    size = 64 << 20
+    mf = new_file(size=size)
+    mf.append_bytes(b"\xee" * 5000)
+    mapping = mf.mapping
+    before = mapping.data_ranges(0, size)
+    assert before and before[0][0] == 0 and before[0][1] >= 5000     # the bytes written
+    assert _covered(before) < size // 2
+    mf.zero(100, size)
+    assert mf.read(0, 100) == b"\xee" * 100 and mf.read(100, 4900) == bytes(4900)
+    assert _covered(mapping.data_ranges(0, size)) < size // 2
+    with open(mf.path, "rb") as f:
+        assert f.read(8192) == b"\xee" * 100 + bytes(8092)
+
+
+def test_data_ranges_cover_what_was_written_and_skip_far_holes(new_file):
+    size = 64 << 20
+    mf = new_file(size=size)
+    buf = mf.hold()
+    try:
+        buf[40 << 20:(40 << 20) + 10] = b"x" * 10
+    finally:
+        mf.release()
+    ranges = mf.mapping.data_ranges(0, size)
+    assert any(a <= 40 << 20 and (40 << 20) + 10 <= b for a, b in ranges)
+    assert mf.mapping.data_ranges(0, 16 << 20) == []
+    inside = mf.mapping.data_ranges((40 << 20) + 5, (40 << 20) + 7)
+    assert inside == [((40 << 20) + 5, (40 << 20) + 7)]
+
+
 def test_zero_also_clears_the_write_buffer(new_file):
     mf = new_file(size=4096)
     mf.write_buffer = bytearray(b"\x07" * 4096)
