@@ -7,7 +7,8 @@ It appends through `core.commitlog.CommitLog`, whose allocator callable
 (then CREATE_MAPPED_FILE_FAILED).
 Group commit: each `run_once` takes every waiting request (up to MAX_GROUP), appends them,
 publishes WROTE (and COMMITTED without the pool, CONFIRM under ASYNC_FLUSH without the pool),
-then replies. Under SYNC_FLUSH the replies of `wait` puts are parked (services/append_waiters)
+then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_BYTES, so
+that the flusher starts on the first requests while the rest are appended. Under SYNC_FLUSH the replies of `wait` puts are parked (services/append_waiters)
 and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
 position past their records (the FLUSHED word is polled too, in case a publication was
 missed), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at once when FLUSH_FAILED is set.
@@ -55,6 +56,9 @@ from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.appender")
 MAX_GROUP = 1024
+# Under SYNC_FLUSH a round hands what it appended to the flusher every this many bytes, so
+# that the fdatasync of its first requests overlaps the appending of the rest.
+SYNC_STEP_BYTES = 256 << 10
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
@@ -180,6 +184,10 @@ class Appender(ServiceLoop):
                 self._send(identity, out)
                 if self._is_put:
                     self.stats.replied(unpack(out[0]).get("status", ERROR), time.perf_counter() - received)
+            if self.sync and self.group and self.group[-1][2] - self.wrote >= SYNC_STEP_BYTES:
+                self._finish_group()             # park, publish WROTE, wake the flusher
+                self._answer_waiters()
+                self.outbox.send(self._send)
 
     def _finish_group(self) -> None:
         """Publish the positions of this round's appends, then answer or park their replies."""
