@@ -107,11 +107,9 @@ class CommitLog:
         with self.put_lock:
             self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
             try:
-                mf = self._writing
-                if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
-                    mf = self._segment_with_room(size)
-                    if mf is None:
-                        return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                mf = self._segment_for(size)
+                if mf is None:
+                    return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
                 pos = mf.wrote_position
                 phys = mf.file_from_offset + pos
                 counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
@@ -162,11 +160,9 @@ class CommitLog:
         with self.put_lock:
             self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
             try:
-                mf = self._writing
-                if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
-                    mf = self._segment_with_room(size)
-                    if mf is None:
-                        return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                mf = self._segment_for(size)
+                if mf is None:
+                    return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
                 pos = mf.wrote_position
                 phys = mf.file_from_offset + pos
                 end = pos + size
@@ -240,6 +236,14 @@ class CommitLog:
             self._prefault_at = NEVER
         else:
             self._prefault_at = self._prefault.wrote(mf, position)
+
+    def _segment_for(self, size: int):
+        """Under put_lock: the held segment when `size` more bytes fit in it (the common case,
+        checked inline), else `_segment_with_room`."""
+        mf = self._writing
+        if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
+            return self._segment_with_room(size)
+        return mf
 
     def _segment_with_room(self, total: int):
         """The segment to append `total` bytes to, after a blank record and a roll when the held
