@@ -30,13 +30,12 @@ from itertools import chain
 import numpy as np
 
 from core.codec import (
-    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, prepare_batch,
+    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch,
 )
 from core.message import PROPERTY_UNIQ_KEY
 from core.status import PutMessageStatus
 
 _U8 = np.uint8
-_BODY_TYPES = {bytes, bytearray, memoryview}
 _UNIQ_LABEL = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
 
 
@@ -185,7 +184,7 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     if keyed and (len(uniq_keys) != n or PROPERTY_UNIQ_KEY in (msg.properties or {})):
         return PutMessageStatus.MESSAGE_ILLEGAL
     types = list(map(type, bodies))
-    sizes = list(map(len, bodies)) if types.count(bytes) == n or set(types) <= _BODY_TYPES else None
+    sizes = list(map(len, bodies)) if types.count(bytes) == n or all(map(is_body, bodies)) else None
     joined = None
     if keyed:
         if list(map(type, uniq_keys)).count(str) != n:
@@ -249,8 +248,8 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
             return None                              # tails of different widths
         if "\x01" in joined or "\x02" in joined:
             return PutMessageStatus.MESSAGE_ILLEGAL
-    if set(map(type, bodies)) - _BODY_TYPES:
-        return None
+    if not all(map(is_body, bodies)):
+        return None                                  # prepare_batch refuses it
     sizes = list(map(len, bodies))
     fixed = first.size - sizes[0]
     if max(sizes) > min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed):

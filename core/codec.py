@@ -173,11 +173,19 @@ def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
     return s, n, tags, keys or ""
 
 
+def is_body(body) -> bool:
+    """Whether `body` can be a message body: bytes, a bytearray, or a C-contiguous memoryview
+    of single bytes (`len` must count its bytes: a view of wider items would not)."""
+    if isinstance(body, (bytes, bytearray)):
+        return True
+    return isinstance(body, memoryview) and body.itemsize == 1 and body.c_contiguous
+
+
 def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None):
     """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it."""
     body = msg.body
     topic = msg.topic
-    if not isinstance(body, (bytes, bytearray, memoryview)) or not isinstance(topic, str):
+    if not is_body(body) or not isinstance(topic, str):
         return PutMessageStatus.MESSAGE_ILLEGAL
     head = _topic_head(topic)
     body_len = len(body)
@@ -242,7 +250,7 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     f = first
     for body in bodies[1:]:
         n = len(body)
-        if n > limit or not isinstance(body, (bytes, bytearray, memoryview)):
+        if n > limit or not is_body(body):
             return PutMessageStatus.MESSAGE_ILLEGAL
         out.append(PreparedRecord(
             fixed + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
@@ -265,7 +273,7 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
     pack_len = _I16.pack
     for body, key in zip(bodies[1:], uniq_keys[1:]):
         n = len(body)
-        if n > max_message_size or not isinstance(body, (bytes, bytearray, memoryview)) \
+        if n > max_message_size or not is_body(body) \
                 or key.__class__ is not str:
             return PutMessageStatus.MESSAGE_ILLEGAL
         key_b = key.encode("utf-8")

@@ -20,12 +20,11 @@ import zlib
 
 from core.codec import (
     _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
-    _properties_string, prepare_record, write_record,
+    _properties_string, is_body, prepare_record, write_record,
 )
 from core.message import PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.status import PutMessageStatus
 
-_BODY_TYPES = (bytes, bytearray, memoryview)
 _HOST_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
 POSITIONS = struct.Struct(">qq")          # QUEUEOFFSET PHYSICALOFFSET, at QUEUE_OFFSET_POS
 STORE_TIMESTAMP = struct.Struct(">q")     # at 56, or 68 after an IPv6 born host
@@ -43,8 +42,9 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         topic = msg.topic
         head = _TOPICS.get(topic)                  # TOPICLENGTH TOPIC of a legal topic seen before
         queue_id = msg.queue_id
-        if body.__class__ not in _BODY_TYPES or not head or queue_id.__class__ is not int \
-                or not 0 <= queue_id < 0x80000000 or len(body) > max_message_size:
+        if (body.__class__ is not bytes and not is_body(body)) or not head \
+                or queue_id.__class__ is not int or not 0 <= queue_id < 0x80000000 \
+                or len(body) > max_message_size:
             return _general(msg, max_message_size, store_host_bytes)
         props = msg.properties
         end = _ENDS.get((msg.tags, msg.keys)) or _end_of(msg.tags, msg.keys)
