@@ -24,6 +24,7 @@ the two to byte equality.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import zlib
 from itertools import chain
 
@@ -50,7 +51,7 @@ def _header_dtype(born_len: int, store_len: int) -> np.dtype:
 
 _DTYPES = {(b, s): _header_dtype(b, s) for b in (8, 20) for s in (8, 20)}
 _SHAPES: dict = {}          # _shape_key -> _Shape, oldest first
-SHAPES_KEPT = 128           # at most this many shapes (a few KiB each for batches of 32)
+SHAPES_KEPT = 128           # at most this many shapes (headers and tails: a few KiB each for 32)
 SHAPE_MAX_RECORDS = 1024    # larger batches are not kept
 
 
@@ -63,7 +64,7 @@ class _Shape:
 
     def __init__(self, first: PreparedRecord, record_sizes: tuple, rows: np.ndarray, tails: np.ndarray,
                  key_at: int):
-        self.first = first
+        self.first = dataclasses.replace(first, body=b"")  # never the producer's frame, kept alive
         self.record_sizes = record_sizes
         self.total = sum(record_sizes)
         self.heads = rows.view(_U8).reshape(len(rows), -1)
@@ -192,8 +193,8 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
         joined = "".join(uniq_keys)
         if not joined.isascii() or list(map(len, uniq_keys)).count(len(uniq_keys[0])) != n:
             return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
-        if "\x01" in joined or "\x02" in joined:
-            return PutMessageStatus.MESSAGE_ILLEGAL
+        if "\x01" in joined or "\x02" in joined:       # refused; _columns says with which status
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
         joined = joined.encode("ascii")
     born = msg.born_timestamp
     if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
@@ -209,7 +210,10 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
         batch = _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
         if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
             if len(_SHAPES) >= SHAPES_KEPT:
-                del _SHAPES[next(iter(_SHAPES))]           # the oldest shape goes
+                try:
+                    del _SHAPES[next(iter(_SHAPES))]       # the oldest shape goes
+                except (KeyError, RuntimeError):           # another putting thread took one
+                    pass
             _SHAPES[key] = batch._shape
         return batch
     return PreparedBatch(shape, np.fromiter(map(zlib.crc32, bodies), np.uint32, n) & 0x7FFFFFFF, born,

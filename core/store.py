@@ -71,7 +71,7 @@ def _batch_template(msgs):
     if lengths.count(len(props)) != n or list(map(type, keys)).count(str) != n:
         return None
     shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY} if len(props) > 1 else {}
-    if shared and any(p.get(k) != v for p in all_props for k, v in shared.items()):
+    if shared and not all(shared.items() <= p.items() for p in all_props):   # None values too
         return None
     template = _copy_message(first)
     template.properties = shared
