@@ -75,6 +75,8 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
         """One offset message id (store host, then physical offset) per record."""
         if not self.store_host:
             return []
+        if len(self.record_sizes) <= 1:                 # a single put: no array needed
+            return [(self.store_host + self.wrote_offset.to_bytes(8, "big", signed=True)).hex().upper()]
         host = self.store_host.hex().upper()
         return (host + self.offsets_hex().replace(" ", " " + host)).split()
 

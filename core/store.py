@@ -223,7 +223,7 @@ class MessageStore:
 
     # -- puts ----------------------------------------------------------------------------
     def _check_store_status(self):
-        if not self.running or self.config.is_slave:
+        if not self.running or self._is_slave:
             return S.SERVICE_NOT_AVAILABLE
         if not self.flags.is_writeable:
             retry = self._disk_retry_at

@@ -153,9 +153,7 @@ class Appender(ServiceLoop):
     # -- the loop ------------------------------------------------------------------------
     def run_once(self) -> None:
         self._take_requests()
-        self._finish_group()
-        self._answer_waiters()
-        self.outbox.send(self._send)
+        self._end_round()
         now = time.monotonic()
         if now >= self.next_stats:
             self.next_stats = now + 1.0
@@ -185,9 +183,13 @@ class Appender(ServiceLoop):
                 if self._is_put:
                     self.stats.replied(unpack(out[0]).get("status", ERROR), time.perf_counter() - received)
             if self.sync and self.group and self.group[-1][2] - self.wrote >= SYNC_STEP_BYTES:
-                self._finish_group()             # park, publish WROTE, wake the flusher
-                self._answer_waiters()
-                self.outbox.send(self._send)
+                self._end_round()                # park, publish WROTE, wake the flusher
+
+    def _end_round(self) -> None:
+        """Answer or park what was appended, answer what the flusher released, send."""
+        self._finish_group()
+        self._answer_waiters()
+        self.outbox.send(self._send)
 
     def _finish_group(self) -> None:
         """Publish the positions of this round's appends, then answer or park their replies."""
@@ -284,20 +286,17 @@ class Appender(ServiceLoop):
         return host
 
     def _put(self, env, frames, received):
-        self._is_put = True
-        if env.get("coalesce") is True:
-            self.outbox.asked(self._identity)
-        req = parse_put(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
-        return self._store(env.get("rid", 0), req, False, received)
+        return self._store(env, frames, received, parse_put, False)
 
     def _put_batch(self, env, frames, received):
+        return self._store(env, frames, received, parse_put_batch, True)
+
+    def _store(self, env: dict, frames, received: float, parse, batch: bool):
         self._is_put = True
         if env.get("coalesce") is True:
             self.outbox.asked(self._identity)
-        req = parse_put_batch(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
-        return self._store(env.get("rid", 0), req, True, received)
-
-    def _store(self, rid: int, req, batch: bool, received: float):
+        req = parse(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
+        rid = env.get("rid", 0)
         if self._refusing():
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         qid = self._queue_for(req.topic, req.queue_id)
