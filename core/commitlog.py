@@ -24,14 +24,13 @@ from core.record_encode import (
 from core.fileops import FileOps
 from core.mapped_file_queue import MappedFileQueue
 from core.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK, host_to_bytes,
+    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET, host_to_bytes,
 )
 from core.prefault import NEVER, PrefaultAhead
 from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result
 from core.transient_pool import TransientStorePool
 
-_NO_QUEUE_OFFSET = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 _HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
 _APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
 

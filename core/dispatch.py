@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from core.consume_queue import ENTRY, ENTRY_DTYPE, UNIT_SIZE
+from core.index_service import build_key
 from core.message import (
-    KEY_SEPARATOR, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT,
-    SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
+    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_UNQUEUED,
 )
 from core.record_scan import ScanEnd, scan_segment
 from core.scan_batch import Rows, ScanBatch
@@ -101,11 +101,10 @@ class Dispatcher:
         if plain.all():                                  # all plain messages (the usual)
             self._put_queues(batch, None)
         else:
-            queued = np.flatnonzero(plain | (kinds == SYSFLAG_TRANSACTION_COMMIT))
+            skipped = np.isin(kinds, SYSFLAG_TRANSACTION_UNQUEUED)
+            queued = np.flatnonzero(~skipped)
             if len(queued):
                 self._put_queues(batch, queued)
-            skipped = (kinds == SYSFLAG_TRANSACTION_ROLLBACK) \
-                | (kinds == SYSFLAG_TRANSACTION_PREPARED)
         store_ts = batch.column("store_ts")
         if self.index_service is not None:
             self._index(batch, store_ts, skipped)
@@ -139,12 +138,9 @@ class Dispatcher:
         for hi in (*cuts, len(packed) // UNIT_SIZE):
             first, last = (lo, hi - 1) if order is None else (int(order[lo]), int(order[hi - 1]))
             topic = topics[0] if topic_ids is None else topics[topic_ids[first]]
-            queue_id = int(queue_ids[first])
-            self.cq_store.put_entries(topic, queue_id, int(offsets[first]),
-                                      packed[lo * UNIT_SIZE:hi * UNIT_SIZE],
-                                      int(phys[last] + size[last]))
-            if self.on_arrive is not None:
-                self.on_arrive(topic, queue_id, int(offsets[last]) + 1)
+            self._put_run(topic, int(queue_ids[first]), int(offsets[first]),
+                          packed[lo * UNIT_SIZE:hi * UNIT_SIZE], int(offsets[last]),
+                          int(phys[last] + size[last]))
             lo = hi
 
     def _index(self, batch: ScanBatch, store_ts, skipped) -> None:
@@ -171,13 +167,13 @@ class Dispatcher:
             if skip or not (uniq or record_keys):
                 continue
             if uniq:
-                keys.append(f"{topic}#{uniq}")
+                keys.append(build_key(topic, uniq))
                 offsets.append(offset)
                 stamps.append(ts)
             if record_keys:
                 for k in record_keys.split(KEY_SEPARATOR):
                     if k:
-                        keys.append(f"{topic}#{k}")
+                        keys.append(build_key(topic, k))
                         offsets.append(offset)
                         stamps.append(ts)
         if keys:
@@ -192,11 +188,11 @@ class Dispatcher:
         for topic, queue_id, queue_offset, phys, size, tags, kind in zip(
                 rows.topic, rows.queue_id, rows.queue_offset, rows.phys, rows.size, rows.tags,
                 kinds):
-            if kind != SYSFLAG_TRANSACTION_NOT and kind != SYSFLAG_TRANSACTION_COMMIT:
+            if kind in SYSFLAG_TRANSACTION_UNQUEUED:
                 continue
             run = runs.get((topic, queue_id))
             if run is not None and run[2] + 1 != queue_offset:
-                self._put_run(topic, queue_id, *run)
+                self._put_run(topic, queue_id, run[0], b"".join(run[1]), run[2], run[3])
                 run = None
             if run is None:
                 runs[topic, queue_id] = [queue_offset, [ENTRY.pack(phys, size, tags)],
@@ -205,16 +201,16 @@ class Dispatcher:
                 run[1].append(ENTRY.pack(phys, size, tags))
                 run[2], run[3] = queue_offset, phys + size
         for (topic, queue_id), run in runs.items():
-            self._put_run(topic, queue_id, *run)
+            self._put_run(topic, queue_id, run[0], b"".join(run[1]), run[2], run[3])
         if self.index_service is not None:
-            skips = [kind == SYSFLAG_TRANSACTION_ROLLBACK or kind == SYSFLAG_TRANSACTION_PREPARED
-                     for kind in kinds]
+            skips = [kind in SYSFLAG_TRANSACTION_UNQUEUED for kind in kinds]
             self._index_each(rows.topic, rows.keys, rows.uniq, rows.phys, rows.store_ts, skips)
         self.last_store_timestamp = rows.store_ts[-1]
 
-    def _put_run(self, topic: str, queue_id: int, first: int, entries: list, last: int,
+    def _put_run(self, topic: str, queue_id: int, first: int, entries: bytes, last: int,
                  end: int) -> None:
-        """Write one queue's packed entries from queue offset `first` to `last`."""
-        self.cq_store.put_entries(topic, queue_id, first, b"".join(entries), end)
+        """Write one queue's packed entries from queue offset `first` to `last` (the log
+        position past the last record: `end`), then say they arrived."""
+        self.cq_store.put_entries(topic, queue_id, first, entries, end)
         if self.on_arrive is not None:
             self.on_arrive(topic, queue_id, last + 1)

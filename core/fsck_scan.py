@@ -27,16 +27,11 @@ from core.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps
 from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
 from core.index_service import IndexService, build_key, index_keys
-from core.message import (
-    SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT,
-    SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
-)
+from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
 
 PROGRESS_STEP = 4 << 20
 HOT_KEY_MATCHES = 16              # a key with this many matches in a second is fetched whole
 LONG_MAX = (1 << 63) - 1
-_CQ_TYPES = (SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_COMMIT)
-_UNINDEXED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 _INDEX_ENTRY = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
@@ -180,7 +175,7 @@ class LogScan:
         if req.commit_log_offset != at:
             self.report.add("record_offset", path, at, f"PHYSICALOFFSET holds {req.commit_log_offset}")
         kid = -1
-        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in _CQ_TYPES:
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK not in SYSFLAG_TRANSACTION_UNQUEUED:
             kid = self.key_ids.setdefault((req.topic, req.queue_id), len(self.key_ids))
         for col, value in zip(self.cols.values(), (at, req.msg_size, req.tags_code,
                                                    req.consume_queue_offset, kid)):
@@ -320,7 +315,7 @@ class _KeyCheck:
         self.service.load(True, 0)
 
     def verify(self, req: DispatchRequest, at: int, report) -> None:
-        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in _UNINDEXED:
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in SYSFLAG_TRANSACTION_UNQUEUED:
             return
         keys = [k[len(req.topic) + 1:] for k in index_keys(req)]
         self.checked += len(keys)

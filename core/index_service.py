@@ -26,13 +26,11 @@ from datetime import datetime, timedelta
 from core.hashing import index_key_hashes
 from core.index_file import IndexFile
 from core.message import (
-    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED,
-    SYSFLAG_TRANSACTION_ROLLBACK,
+    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED,
 )
 
 MAX_MSGS_NUM_BATCH = 64
 _NAME_RE = re.compile(r"\d{17}")
-_SKIPPED_TRANSACTIONS = (SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_PREPARED)
 
 
 def build_key(topic: str, key: str) -> str:
@@ -125,7 +123,7 @@ class IndexService:
 
     def build_index(self, req) -> None:
         """Index one dispatched record (a `DispatchRequest`)."""
-        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in _SKIPPED_TRANSACTIONS:
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in SYSFLAG_TRANSACTION_UNQUEUED:
             return
         keys = index_keys(req)
         self.build_batch(keys, [req.commit_log_offset] * len(keys),

@@ -26,6 +26,9 @@ SYSFLAG_TRANSACTION_NOT = 0x0
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+# Prepared and rolled-back transaction records take no queue offset, go into no consume
+# queue and are not indexed; plain and committed ones are queued (RocketMQ's rule).
+SYSFLAG_TRANSACTION_UNQUEUED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 

@@ -26,11 +26,10 @@ import struct
 from core.codec import DispatchRequest, RecordCheck, check_record
 from core.consume_queue import UNIT_SIZE
 from core.mapped_file import MappedFile
-from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK
+from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
-_NO_QUEUE_OFFSET = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 
 
 class LogDamaged(RuntimeError):
