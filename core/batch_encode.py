@@ -31,13 +31,12 @@ from itertools import chain
 import numpy as np
 
 from core.codec import (
-    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch,
+    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, uniq_key_at,
 )
 from core.message import PROPERTY_UNIQ_KEY
 from core.status import PutMessageStatus
 
 _U8 = np.uint8
-_UNIQ_LABEL = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
 
 
 def _header_dtype(born_len: int, store_len: int) -> np.dtype:
@@ -287,5 +286,4 @@ def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
 def _key_position(tail: bytes, key: bytes) -> int:
     """Where the UNIQ_KEY value starts in a v1 tail (TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES)."""
     props_at = 1 + tail[0] + 2
-    probe = b"\x02" + tail[props_at:]
-    return probe.index(_UNIQ_LABEL + key + b"\x02") + len(_UNIQ_LABEL) - 1 + props_at
+    return uniq_key_at(tail[props_at:], key) + props_at

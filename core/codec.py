@@ -259,14 +259,21 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     return out
 
 
+_UNIQ_LABEL = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
+
+
+def uniq_key_at(props: bytes, key: bytes) -> int:
+    """Where the UNIQ_KEY value `key` starts in a PROPERTIES string."""
+    return (b"\x02" + props).index(_UNIQ_LABEL + key + b"\x02") + len(_UNIQ_LABEL) - 1
+
+
 def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message_size: int,
                    out: list):
     """The rest of `prepare_batch` with a UNIQ_KEY per record: the first record's tail is cut
     around its UNIQ_KEY value, and each record's tail is the two pieces around its own key."""
     topic_head = f.tail[:1 + f.tail[0]]                     # TOPICLENGTH TOPIC
     props = f.tail[len(topic_head) + 2:]
-    label = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
-    at = (b"\x02" + props).index(label + f.uniq_key.encode("utf-8") + b"\x02") + len(label) - 1
+    at = uniq_key_at(props, f.uniq_key.encode("utf-8"))
     before, after = props[:at], props[at + len(f.uniq_key.encode("utf-8")):]
     fixed = f.size - len(f.body) - len(props)
     room = max_message_size + TOTAL_SIZE_SLACK - fixed
