@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import zlib
 from itertools import chain
 
 import numpy as np
@@ -33,6 +32,7 @@ import numpy as np
 from core.codec import (
     MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, uniq_key_at,
 )
+from core.crc import crc32
 from core.message import PROPERTY_UNIQ_KEY
 from core.status import PutMessageStatus
 
@@ -215,7 +215,7 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
                     pass
             _SHAPES[key] = batch._shape
         return batch
-    return PreparedBatch(shape, np.fromiter(map(zlib.crc32, bodies), np.uint32, n) & 0x7FFFFFFF, born,
+    return PreparedBatch(shape, np.fromiter(map(crc32, bodies), np.uint32, n) & 0x7FFFFFFF, born,
                          joined, bodies, b"".join(bodies) if block is None else block)
 
 
@@ -264,7 +264,7 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
     if uniform and block is None:
         block = b"".join(bodies)
     shape = _Shape(first, tuple(s + fixed for s in sizes), _header_rows(first, n, sizes), tails, key_at)
-    return PreparedBatch(shape, np.fromiter(map(zlib.crc32, bodies), np.uint32, n) & 0x7FFFFFFF,
+    return PreparedBatch(shape, np.fromiter(map(crc32, bodies), np.uint32, n) & 0x7FFFFFFF,
                          first.born_timestamp, joined.encode("ascii") if keyed and key_len else None,
                          bodies, block if uniform else None)
 

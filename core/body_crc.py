@@ -1,29 +1,30 @@
-"""Body CRCs of many records at once, as `zlib.crc32` computes them one by one.
+"""Body CRCs of many records at once, as `crc32` computes them one by one.
 
 `crc32_rows(bodies)` takes the bodies of a run of records as the rows of a uint8 matrix (a
 strided view into a segment works: nothing is copied) and returns their CRCs with a few
-numpy steps instead of a `zlib.crc32` call per record (whose slicing and call cost far more
+numpy steps instead of a `crc32` call per record (whose slicing and call cost far more
 than the CRC itself for small bodies). It rests on CRC-32 being affine over GF(2): for an
 L-byte message m,
 
     crc32(m) = crc32(0^L) ^ XOR_j U[L - j][m[j]]
 
 where U[k][v] is the raw register (no pre- or post-conditioning) after the byte v followed by
-k - 1 zero bytes. U[1] comes from zlib itself (crc32 of one byte against crc32 of a zero
-byte) and U[k + 1] is U[k] pushed through one zero byte, so no CRC constant is written here.
-Each body costs L table lookups, which beats the per-call cost of zlib up to `MAX_ROW`
-bytes; longer bodies go through zlib (`crc32_spans`).
+k - 1 zero bytes. U[1] comes from `core.crc` itself (crc32 of one byte against crc32 of a
+zero byte) and U[k + 1] is U[k] pushed through one zero byte, so no CRC constant is written
+here. Each body costs L table lookups, which beats a `crc32` call per body (slice and call
+included) up to `MAX_ROW` bytes; longer bodies take one call each (`crc32_spans`).
 """
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
-MAX_ROW = 200                      # longest body checked with the table (measured crossover)
+from core.crc import crc32
+
+MAX_ROW = 128                      # longest body checked with the table (measured crossover,
+                                   # about 130 B against ISA-L's crc32 per slice)
 _BYTES = np.arange(256, dtype=np.uint32)
-_STEP = (np.array([zlib.crc32(bytes([v])) for v in range(256)], np.uint32)
-         ^ np.uint32(zlib.crc32(b"\0")))           # U[1]: the raw register after one byte
+_STEP = (np.array([crc32(bytes([v])) for v in range(256)], np.uint32)
+         ^ np.uint32(crc32(b"\0")))           # U[1]: the raw register after one byte
 
 
 def _shift_table(rows: int) -> np.ndarray:
@@ -37,11 +38,11 @@ def _shift_table(rows: int) -> np.ndarray:
 
 
 _SHIFT = _shift_table(MAX_ROW)
-_ZEROS = np.array([zlib.crc32(bytes(k)) for k in range(MAX_ROW + 1)], np.uint32)
+_ZEROS = np.array([crc32(bytes(k)) for k in range(MAX_ROW + 1)], np.uint32)
 
 
 def crc32_rows(bodies: np.ndarray) -> np.ndarray:
-    """zlib.crc32 of each row of `bodies` (uint8, n x L with L <= MAX_ROW), as int64."""
+    """crc32 of each row of `bodies` (uint8, n x L with L <= MAX_ROW), as int64."""
     width = bodies.shape[1]
     if width == 0:
         return np.zeros(len(bodies), np.int64)
@@ -51,10 +52,10 @@ def crc32_rows(bodies: np.ndarray) -> np.ndarray:
 
 
 def crc32_spans(buf, starts, stops, n: int) -> np.ndarray:
-    """zlib.crc32 of buf[starts[i]:stops[i]] for the n spans, as int64, one call each."""
+    """crc32 of buf[starts[i]:stops[i]] for the n spans, as int64, one call each."""
     view = memoryview(buf)
     try:
-        return np.fromiter(map(zlib.crc32, map(view.__getitem__, map(slice, starts, stops))),
+        return np.fromiter(map(crc32, map(view.__getitem__, map(slice, starts, stops))),
                            np.int64, n)
     finally:
         view.release()

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
+
+from core.crc import crc32
 
 CHECKPOINT_SIZE = 4096
 CRC_POS = 80
@@ -48,7 +49,7 @@ _UINT32 = struct.Struct(">I")
 
 def checkpoint_crc(buf) -> int:
     """CRC32 of the checkpoint's bytes 0..79."""
-    return zlib.crc32(bytes(buf[0:CRC_POS])) & 0xFFFFFFFF
+    return crc32(bytes(buf[0:CRC_POS])) & 0xFFFFFFFF
 
 
 class StoreCheckpoint:

@@ -14,9 +14,9 @@ them with the 0x02 separator, older versions with a value's last character).
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
+from core.crc import crc32
 from core.hashing import tags_code
 from core.message import (
     KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
@@ -220,7 +220,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     if size > max_message_size + TOTAL_SIZE_SLACK:
         return PutMessageStatus.MESSAGE_ILLEGAL
     return PreparedRecord(
-        size, _HEADERS[len(born), len(store)], zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
+        size, _HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
         msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
         tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
@@ -253,7 +253,7 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
         if n > limit or not is_body(body):
             return PutMessageStatus.MESSAGE_ILLEGAL
         out.append(PreparedRecord(
-            fixed + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
+            fixed + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
             f.born_timestamp, f.born_host, f.store_host, f.reconsume_times, f.prepared_offset, body,
             f.tail, f.topic, f.tags_code, f.keys, f.uniq_key))
     return out
@@ -290,7 +290,7 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
         if "\x01" in key or "\x02" in key or n + props_len > room:
             return PutMessageStatus.MESSAGE_ILLEGAL
         out.append(PreparedRecord(
-            fixed + props_len + n, f.header, zlib.crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag,
+            fixed + props_len + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag,
             f.sys_flag, f.born_timestamp, f.born_host, f.store_host, f.reconsume_times,
             f.prepared_offset, body, b"".join((topic_head, pack_len(props_len), before, key_b, after)),
             f.topic, f.tags_code, f.keys, key))
@@ -391,7 +391,7 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
         p = pos + header.size
         if body_len < 0 or p + body_len > pos + total:
             return RecordCheck.CORRUPT, total
-        if check_crc and zlib.crc32(buf[p:p + body_len]) & 0x7FFFFFFF != crc:
+        if check_crc and crc32(buf[p:p + body_len]) & 0x7FFFFFFF != crc:
             return RecordCheck.CORRUPT, total
         topic, p = _read_topic(buf, p + body_len, magic)
         props_len = _I16.unpack_from(buf, p)[0]

@@ -10,7 +10,6 @@ import mmap
 import struct
 import threading
 import time
-import zlib
 
 from core.batch_encode import PreparedBatch
 from core.codec import (
@@ -18,6 +17,7 @@ from core.codec import (
     QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
+from core.crc import crc32
 from core.record_encode import (
     _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
 )
@@ -98,7 +98,7 @@ class CommitLog:
             return self._append_other(msg)
         tail = head + _I16.pack(len(props_b)) + props_b
         sys_flag &= _HOST_BITS
-        crc = zlib.crc32(body) & 0x7FFFFFFF
+        crc = crc32(body) & 0x7FFFFFFF
         if self.begin_time_in_lock and self.is_os_page_cache_busy():
             return self._append_other(msg)         # refuses an illegal message first, as it must
         if size + BLANK_SIZE > self.file_size:

@@ -6,11 +6,11 @@ parses properties or hosts.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import fields
 from operator import attrgetter
 
 from core.codec import _HEADERS, _I64, MAGIC_V1, MAGIC_V2, host_lengths
+from core.crc import crc32
 from core.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, MessageExt,
     bytes_to_host, string_to_properties,
@@ -179,7 +179,7 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
     if p - pos != total or body_len < 0 or p > n:
         raise ValueError(f"record at {pos}: TOTALSIZE {total}, fields add up to {p - pos}, "
                          f"{n - pos} bytes there")
-    if check_crc and zlib.crc32(buf[body:body + body_len]) & 0x7FFFFFFF != crc:
+    if check_crc and crc32(buf[body:body + body_len]) & 0x7FFFFFFF != crc:
         raise ValueError(f"record at {pos}: body CRC mismatch")
     if pos or n != total or buf.__class__ is not bytes:
         buf = bytes(buf[pos:p])                      # hold just this record, never a mapping

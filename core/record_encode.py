@@ -16,12 +16,12 @@ to byte equality.
 from __future__ import annotations
 
 import struct
-import zlib
 
 from core.codec import (
     _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
     _properties_string, is_body, prepare_record, write_record,
 )
+from core.crc import crc32
 from core.message import PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.status import PutMessageStatus
 
@@ -70,7 +70,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         if size > max_message_size + TOTAL_SIZE_SLACK:
             return _general(msg, max_message_size, store_host_bytes)
         header = _HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
-            size, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sys_flag,
+            size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sys_flag,
             msg.born_timestamp, born, 0, store_host_bytes, msg.reconsume_times,
             msg.prepared_transaction_offset, body_len)
         return (b"".join((header, body, head, _I16.pack(len(props_b)), props_b)), topic, queue_id,

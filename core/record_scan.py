@@ -24,7 +24,6 @@ same records. Topics and properties are parsed through the caches of `core.recor
 from __future__ import annotations
 
 import struct
-import zlib
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from core.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.codec import (
     MAGIC_BLANK, MAGIC_V1, DispatchRequest, RecordCheck, check_record,
 )
+from core.crc import crc32
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.record_props import PROPS, TOPICS, properties, topic_of, uniq_span
 from core.scan_batch import Run, ScanBatch
@@ -139,7 +139,7 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
                                                       store_ts, sys_flag, crc), check_crc, out)
         if taken is not None:
             return taken, (starts[taken - 1] + size[taken - 1] if taken else 0)
-    crc32, topics, props_of = zlib.crc32, TOPICS, PROPS
+    body_crc32, topics, props_of = crc32, TOPICS, PROPS
     rows = out.rows_part()
     o_topic, o_tags, o_keys, o_uniq = rows.topic.append, rows.tags.append, rows.keys.append, \
         rows.uniq.append
@@ -147,7 +147,7 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     view = memoryview(buf) if check_crc else None
     try:
         for pos, t, stop, body_crc in zip(starts, tpos, (s + t for s, t in zip(starts, size)), crc):
-            if check_crc and crc32(view[pos + _HEAD_SIZE:t]) & 0x7FFFFFFF != body_crc:
+            if check_crc and body_crc32(view[pos + _HEAD_SIZE:t]) & 0x7FFFFFFF != body_crc:
                 break
             tail = buf[t:stop]
             if tail.__class__ is not bytes:
