@@ -8,6 +8,8 @@ benchmark measure the limits the same way:
 - `write_limit`: sequential `os.write` of 1 MiB chunks into a preallocated
   (`posix_fallocate`) file, then one `os.fdatasync`; MB/s of durable sequential writes
   (shared/reference/perf-anchors.md sections 1.1 and 1.3: about 1.6-2.2 GB/s here).
+- `page_growth`: the CPU price of each new 4 KiB page of page cache, block by block through a
+  512 MiB file: the price every byte a store keeps cached pays once.
 - `fsync_limit`: `os.pwrite` of one operation's bytes, then `os.fdatasync`, one after the
   other, into a file whose blocks were written and synced beforehand (RocketMQ's warmed
   segment, the fastest case of perf-anchors.md section 1.3): what a writer that waits for its
@@ -219,6 +221,29 @@ def write_limit(directory: str, nbytes: int, chunk: int = MiB) -> Measure:
         os.close(fd)
         os.unlink(path)
     return Measure(n, n * chunk, seconds)
+
+
+def page_growth(directory: str, nbytes: int = 512 * MiB, block: int = 64 * MiB) -> list[float]:
+    """What growing the page cache costs: `os.write` of 1 MiB chunks into one new file of
+    `nbytes`, as microseconds of CPU per 4 KiB page for each `block` in turn (the file is
+    deleted afterwards). A store keeps what it writes cached, so its appends pay for new pages
+    all the time; a file written and deleted again and again (the write limit) may be served
+    from memory freed moments before. On a virtual machine whose freed memory goes back to the
+    host the two differ several times over."""
+    data = os.urandom(MiB)
+    path = os.path.join(directory, "limit-growth.bin")
+    fd = _fresh_fd(path)
+    costs = []
+    try:
+        for _ in range(max(1, nbytes // block)):
+            t0 = time.process_time()
+            for _ in range(block // MiB):
+                os.write(fd, data)
+            costs.append((time.process_time() - t0) / (block / 4096) * 1e6)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return costs
 
 
 def fsync_limit(directory: str, op_bytes: int, ops: int) -> Measure:

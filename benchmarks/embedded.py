@@ -71,7 +71,8 @@ class EmbeddedBench:
         self.stores: list[MessageStore] = []
         self.rows: list[L.Row] = []
         self.notes: list[str] = []
-        self.samples: dict[str, list] = {"write": [], "fsync": [], "slice_copy": [], "bulk_copy": []}
+        self.samples: dict[str, list] = {"write": [], "fsync": [], "slice_copy": [], "bulk_copy": [],
+                                           "page_growth_us_per_page": []}
         self.cpu: dict = {}
         self.cpu_samples: list[dict] = []
 
@@ -376,6 +377,8 @@ class EmbeddedBench:
     def run(self) -> None:
         say("warming the disk (one discarded 256 MiB write-limit pass) ...")
         L.write_limit(self.root, 256 * MiB)
+        say("page cache growth (512 MiB file, CPU per 4 KiB page by 64 MiB block) ...")
+        self.samples["page_growth_us_per_page"] = L.page_growth(self.root)
         self.measure_cpu("start")
         for sp in self.plan.sizes:
             self.run_async(sp)
@@ -391,6 +394,10 @@ class EmbeddedBench:
         writes = self.samples["write"]
         print(f"  write  os.write 1 MiB chunks + fdatasync, fallocated file: {L.spread(writes)}"
               f" over {len(writes)} runs (each row uses the better of its two)")
+        growth = self.samples["page_growth_us_per_page"]
+        print(f"  growth os.write 1 MiB chunks into one new 512 MiB file, µs of CPU per 4 KiB page, "
+              f"64 MiB at a time: {', '.join(f'{c:.1f}' for c in growth)} (a store keeps its "
+              f"pages cached, so it pays the later blocks' price; see benchmarks/README.md)")
         for s in self.samples["slice_copy"]:
             print(f"  slice  mmap record -> bytes, {size_name(s['body'])} records (best of 3): "
                   f"{L.fmt_rate(s['records_per_s'])} records/s = {s['mb_per_s']:,.0f} MB/s")
