@@ -17,9 +17,10 @@ each request (a batch's latency is its request's), p50 and p99 over all producer
 After the 1-producer batched run of each size and flush type, one `Consumer` (in this process,
 raw format, 1024 messages per pull, reading every body) reads the store from the start for at
 most the consume duration: messages/s and MB/s. After the 1-producer single-message run, a
-latency probe sends one message at a time (one in flight) on the same store: the target on
-unbatched put p99 is checked on that probe, the latency of the loaded single-message run is
-printed beside it.
+latency probe sends one message at a time (one in flight) on the same store, once the store has
+dispatched and flushed what that run left behind (`wait_quiet`; otherwise the probe would time
+the tail of the earlier load rather than a put): the target on unbatched put p99 is checked on
+that probe, the latency of the loaded single-message run is printed beside it.
 
 Redis (7.x, `redis-server` and `redis-benchmark` from the PATH) runs on a free port with a
 temporary directory, `appendonly yes`, `save ""`, `auto-aof-rewrite-percentage 0` and
@@ -67,6 +68,21 @@ INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows 
                 "need not run; this script starts its own server).")
 PEERS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
 FLUSH_SHORT = {"ASYNC_FLUSH": "ASYNC", "SYNC_FLUSH": "SYNC"}
+
+
+def wait_quiet(address: str, timeout: float = 60.0, flush_slack: int = 1 << 20) -> float:
+    """Wait until the store has dispatched everything written and flushed all but
+    `flush_slack` bytes (ASYNC_FLUSH leaves less than flush_commitlog_least_pages behind);
+    return the seconds waited. Gives up quietly after `timeout`."""
+    from ipc import Admin
+    t0 = time.monotonic()
+    with Admin(address) as admin:
+        while time.monotonic() - t0 < timeout:
+            lags = admin.status()["lags"]
+            if lags["dispatch"] == 0 and lags["flush"] <= flush_slack:
+                break
+            time.sleep(0.05)
+    return time.monotonic() - t0
 
 
 @dataclass(frozen=True)
@@ -252,6 +268,8 @@ class PipelineBench:
             say(f"  {label}: {L.fmt_rate(row.msgs_per_s)} msgs/s, p50 {row.p50_ms:.2f} ms, "
                 f"p99 {row.p99_ms:.2f} ms" + (f", errors {r['errors']}" if r["errors"] else ""))
             if producers == 1 and not batched:
+                settle = wait_quiet(store.address)
+                say(f"    store quiet {settle:.1f} s after the run (dispatched and flushed)")
                 _, p = self.produce(store, size, False, 1, self.plan.probe_s, one_at_a_time=True)
                 self.rows.append(Row(f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight",
                                      p["acked"] / p["seconds"], p["bytes"] / p["seconds"] / L.MB,
