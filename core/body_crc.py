@@ -1,4 +1,4 @@
-"""Body CRCs of many records at once, as `crc32` computes them one by one.
+"""Body CRCs of many records at once, as `core.crc.crc32` computes them one by one.
 
 `crc32_rows(bodies)` takes the bodies of a run of records as the rows of a uint8 matrix (a
 strided view into a segment works: nothing is copied) and returns their CRCs with a few
@@ -24,7 +24,7 @@ MAX_ROW = 128                      # longest body checked with the table (measur
                                    # about 130 B against ISA-L's crc32 per slice)
 _BYTES = np.arange(256, dtype=np.uint32)
 _STEP = (np.array([crc32(bytes([v])) for v in range(256)], np.uint32)
-         ^ np.uint32(crc32(b"\0")))           # U[1]: the raw register after one byte
+         ^ np.uint32(crc32(b"\0")))                # U[1]: the raw register after one byte
 
 
 def _shift_table(rows: int) -> np.ndarray:
