@@ -173,7 +173,8 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     """`core.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
     batch); None when the batch does not fit the columns (fewer than two records, or keys of
     different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
-    back in one buffer (the put_batch frame).
+    back in one buffer (the put_batch frame), and the bodies are slices of it: their types
+    need no check.
 
     A batch whose shape (`_shape_key`) was seen before is only checked for what is its own:
     the bodies' types and sizes, the keys, the born timestamp."""
@@ -183,8 +184,11 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     keyed = uniq_keys is not None
     if keyed and (len(uniq_keys) != n or PROPERTY_UNIQ_KEY in (msg.properties or {})):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    types = list(map(type, bodies))
-    sizes = list(map(len, bodies)) if types.count(bytes) == n or all(map(is_body, bodies)) else None
+    if block is not None:                               # slices of one frame: bytes-like
+        sizes = list(map(len, bodies))
+    else:
+        sizes = (list(map(len, bodies)) if list(map(type, bodies)).count(bytes) == n
+                 or all(map(is_body, bodies)) else None)
     joined = None
     if keyed:
         if list(map(type, uniq_keys)).count(str) != n:
