@@ -26,6 +26,11 @@ from core.record_scan import ScanEnd, scan_segment
 from core.scan_batch import Rows, ScanBatch
 
 BATCH_RECORDS = 4096
+# How often a reput (the embedded thread and the reput process alike) looks for new records:
+# every millisecond, as RocketMQ's; once nothing has been dispatched for IDLE_AFTER_S, every
+# IDLE_INTERVAL_MS, so that an idle store does not wake 1,000 times a second.
+IDLE_AFTER_S = 1.0
+IDLE_INTERVAL_MS = 5
 FEW_RECORDS = 32                  # smaller batches of `Rows` are applied without numpy
 
 

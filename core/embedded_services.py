@@ -16,6 +16,7 @@ import os
 import threading
 import time
 
+from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
 from core.least_pages import LeastPages
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
 
@@ -166,6 +167,9 @@ class CommitService(ServiceThread):
 
 
 class ReputService(ServiceThread):
+    """Dispatches every millisecond, as RocketMQ's; once nothing has been dispatched for
+    IDLE_AFTER_S, every IDLE_INTERVAL_MS (as the reput process does, services/reput.py), and
+    `idle` is set so that the next put wakes it at once (`MessageStore.put_message`)."""
     interval_ms = 1
 
     def __init__(self, store, from_offset: int):
@@ -175,6 +179,18 @@ class ReputService(ServiceThread):
         self.reput_from = from_offset
         self._last_cq_flush = time.monotonic()
         self._last_thorough = time.monotonic()
+        self._last_moved = time.monotonic()
+        self.idle = False
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        if time.monotonic() - self._last_moved >= IDLE_AFTER_S:
+            self.idle = True                     # from now on a put wakes the thread
+            if self.behind() > 0:
+                self.idle = False
+                return
+            interval_ms = max(interval_ms, IDLE_INTERVAL_MS)
+        super().wait_for_running(interval_ms)
+        self.idle = False
 
     def behind(self) -> int:
         return self.store.commitlog.get_confirm_offset() - self.reput_from
@@ -198,6 +214,7 @@ class ReputService(ServiceThread):
         confirm = commitlog.get_confirm_offset()
         if self.reput_from < confirm:
             self.reput_from, _ = self.store.dispatcher.run(self.reput_from, confirm)
+            self._last_moved = time.monotonic()
 
     def drain(self) -> None:
         self.dispatch_available()

@@ -244,6 +244,8 @@ class MessageStore:
             return PutMessageResult(result)
         if result[0] is not _APPENDED:                     # .status
             return self._append_failed(result)
+        if self.reput_service.idle:
+            self.reput_service.wakeup()                    # the first put after a quiet second
         if self._sync_flush and msg.wait_store_msg_ok:
             return self._wait_flush(result)
         return new_result(PutMessageResult, (_PUT_OK, result))
@@ -289,6 +291,8 @@ class MessageStore:
         result = commitlog.append_batch(recs)
         if result[0] is not _APPENDED:                     # .status
             return self._append_failed(result)
+        if self.reput_service.idle:
+            self.reput_service.wakeup()
         if self._sync_flush and first.wait_store_msg_ok:
             return self._wait_flush(result)
         return new_result(PutMessageResult, (_PUT_OK, result))

@@ -62,6 +62,7 @@ SYNC_STEP_BYTES = 256 << 10
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
+IDLE_INTERVAL_MS = 100    # the loop's poll timeout with no reply parked (requests wake it)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 
@@ -151,6 +152,11 @@ class Appender(ServiceLoop):
         return sock
 
     # -- the loop ------------------------------------------------------------------------
+    def wait_for_running(self, timeout_ms: float) -> None:
+        """Poll every interval_ms while replies are parked (their flush deadlines), else every
+        IDLE_INTERVAL_MS: an idle appender wakes 10 times a second, for its heartbeat."""
+        super().wait_for_running(timeout_ms if self.waiters else IDLE_INTERVAL_MS)
+
     def run_once(self) -> None:
         self._take_requests()
         self._end_round()

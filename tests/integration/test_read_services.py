@@ -20,6 +20,7 @@ from core.decode import decode_message
 from core.commitlog import CommitLog
 from core.config import StoreConfig
 from core.consume_queue_store import ConsumeQueueStore
+from core.dispatch import IDLE_AFTER_S
 from core.fileops import REAL_FILE_OPS
 from core.message import Message
 from core.topics import TopicTable
@@ -222,6 +223,22 @@ def test_long_polling_is_woken_by_new_data(services):
     assert time.monotonic() - t0 < 5
     assert (rep["rid"], rep["status"], rep["count"]) == (77, "FOUND", 3)
     assert split_records(frames[0]) == [w.record(r) for r in w.records["T", 0][5:]]
+
+
+def test_an_idle_reput_still_wakes_a_long_poll(services):
+    """After a quiet IDLE_AFTER_S the reput reads CONFIRM every IDLE_INTERVAL_MS instead of
+    every millisecond: a record written then still reaches a held pull."""
+    h, w, c = services()
+    w.put(2)
+    w.wait_dispatched()
+    c.sock.send(pack({"op": "pull", "rid": 78, "group": "g", "topic": "T", "queue_id": 0,
+                      "offset": 2, "poll_ms": 20000, "format": "raw"}))
+    assert not c.sock.poll(int((IDLE_AFTER_S + 0.3) * 1000))     # held while the reput idles
+    w.put(1, first=2)
+    assert c.sock.poll(10000)
+    rep, frames = unpack((reply := c.sock.recv_multipart())[0]), reply[1:]
+    assert (rep["rid"], rep["status"], rep["count"]) == (78, "FOUND", 1)
+    assert split_records(frames[0]) == [w.record(w.records["T", 0][2])]
 
 
 def test_long_polling_waits_for_a_matching_tag_and_for_a_new_queue(services):

@@ -1,14 +1,16 @@
 """`MessageStore` put path with RocketMQ's DefaultMessageStoreTest and BatchPutMessageTest
 numbers: write and read (IPv4 and IPv6), message limits and statuses, failed puts consume
 no queue offset, group commit, max offsets, batches, segment ends, both flush modes, the
-transient store pool, and SERVICE_NOT_AVAILABLE."""
+transient store pool, SERVICE_NOT_AVAILABLE, and a put waking an idle reput thread."""
 from __future__ import annotations
 
 import struct
 import threading
+import time
 
 import pytest
 
+from core import embedded_services
 from core.codec import MAGIC_BLANK
 from core.decode import decode_message
 from core.message import Message
@@ -149,6 +151,23 @@ def test_max_offset(store):
         assert store.put_message(Message("T", b"x")).ok
     assert store.get_max_offset_in_queue("T", 0) == 3
     assert store.commitlog.topic_queue_table[("T", 0)] == 5
+
+
+def test_a_put_wakes_an_idle_reput(store, monkeypatch):
+    """Once idle the reput thread sleeps IDLE_INTERVAL_MS between looks, but the next put
+    wakes it: here the interval is 30 s, and the message is still in its queue at once."""
+    monkeypatch.setattr(embedded_services, "IDLE_AFTER_S", 0.05)
+    monkeypatch.setattr(embedded_services, "IDLE_INTERVAL_MS", 30_000)
+    assert store.put_message(Message("T", b"x")).ok
+    assert store.wait_for_dispatch()
+    time.sleep(0.3)                                   # idle now, in a 30 s wait
+    assert store.reput_service.idle
+    assert store.put_messages([Message("T", b"y"), Message("T", b"z")]).ok
+    assert store.wait_for_dispatch(timeout=5)
+    time.sleep(0.3)
+    assert store.put_message(Message("T", b"w")).ok
+    assert store.wait_for_dispatch(timeout=5)
+    assert store.get_max_offset_in_queue("T", 0) == 4
 
 
 def test_async_flush_waits_for_least_pages_or_the_thorough_interval(tiny_config, open_store,
