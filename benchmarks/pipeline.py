@@ -7,7 +7,7 @@ Produce runs, each on a fresh store started with `mqstore start --store DIR --po
 default configuration except `flush_disk_type`), topic `BenchTopic` with 4 queues:
 for 100-byte and 1 KiB bodies, ASYNC_FLUSH and SYNC_FLUSH, single messages (`send_async`,
 SINGLE_WINDOW requests in flight per producer, queues round robin) and batches of 100
-(`send_batch_async`, 16 in flight for one producer, 4 each for 16: `batch_window`; one queue
+(`send_batch_async`, 50 in flight for one producer, 4 each for 16: `batch_window`; one queue
 per batch), with 1 and 16 producer
 *processes* (one `Producer` each), every producer sending for the run's duration. A producer
 process is taken from a pool spawned once; all start at one agreed instant and the rate is
