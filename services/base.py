@@ -44,6 +44,7 @@ class ServiceLoop:
         self.ctx = zmq.Context.instance()
         self.poller = zmq.Poller()
         self.ready: dict = {}
+        self._signal_r = self._signal_w = None       # the signal pipe, from run()
         self._next_stats = 0.0
         self.events = make_socket(self.ctx, zmq.PUSH)
         self.events.setsockopt(zmq.SNDTIMEO, 0)
@@ -53,6 +54,7 @@ class ServiceLoop:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C goes to the supervisor
+        self._watch_signals()
         self.cb.slot_set(self.name, Slot.PID, os.getpid())
         self.set_state(ServiceState.STARTING)
         self.setup()
@@ -67,8 +69,18 @@ class ServiceLoop:
         self.close()
         return 0
 
+    def _watch_signals(self) -> None:
+        """A signal also writes a byte to a pipe that the poller watches (signal.set_wakeup_fd),
+        so a SIGTERM ends a wait at once instead of at the end of the poll interval."""
+        self._signal_r, self._signal_w = os.pipe()
+        for fd in (self._signal_r, self._signal_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._signal_w, warn_on_full_buffer=False)
+        self.poller.register(self._signal_r, zmq.POLLIN)
+
     def wait_for_running(self, timeout_ms: float) -> None:
-        """Poll the service's sockets; a message is the wakeup. Ready sockets go to self.ready."""
+        """Poll the service's sockets (and the signal pipe); a message is the wakeup. Ready
+        sockets go to self.ready."""
         if not self.poller.sockets:                 # nothing to wake on: just wait the interval
             time.sleep(timeout_ms / 1000)
             self.ready = {}
@@ -79,6 +91,11 @@ class ServiceLoop:
             if e.errno != zmq.EINTR:
                 raise
             self.ready = {}
+        if self.ready.get(self._signal_r):
+            try:
+                os.read(self._signal_r, 64)          # the signal's handler has run already
+            except BlockingIOError:
+                pass
 
     def _on_sigterm(self, signum, frame) -> None:
         self.stopped = True
@@ -95,6 +112,10 @@ class ServiceLoop:
 
     def close(self) -> None:
         self.events.close(0)
+        if self._signal_r is not None:
+            signal.set_wakeup_fd(-1)
+            os.close(self._signal_r)
+            os.close(self._signal_w)
 
     # -- helpers for loops ---------------------------------------------------------------
     @staticmethod
