@@ -133,9 +133,8 @@ class Reput(ServiceLoop):
         """Sleep the interval unless there is more to dispatch; once nothing has been
         dispatched for IDLE_AFTER_S, sleep IDLE_INTERVAL_MS instead (an idle store then wakes
         this process 200 times a second, not 1,000; the first message after a quiet second
-        waits at most that much longer for its consume-queue entry). This process polls no
-        socket (CONFIRM is a shared word), and zmq.Poller.poll with nothing registered
-        returns at once instead of waiting."""
+        waits at most that much longer for its consume-queue entry). CONFIRM is a shared
+        word, not a message: there is no socket to wait on, so this process sleeps."""
         self.ready = {}
         if self._moved and self.cb.get(Word.CONFIRM) > self.reput_from:
             return
