@@ -20,8 +20,8 @@ benchmark measure the limits the same way:
   same bytes in 64 MiB pieces (memcpy bandwidth).
 - `cpu_append_ref` and `cpu_scan_ref`: bare Python loops over RocketMQ-shaped records. The
   first packs the 88-byte header (TOTALSIZE to BODYLENGTH) with `struct.pack_into`, computes
-  the body CRC (with the store's routine, `core.crc`) and copies the body into a populated file mapping; the second walks such
-  records (unpack the header, CRC the body, advance). They are the CPU floor of one Python
+  the body CRC (with the store's routine, `core.crc`) and copies the body into a populated
+  file mapping; the second walks such records (unpack the header, CRC the body, advance). They are the CPU floor of one Python
   thread for appending and for scanning: no engine can do less work per record in Python.
 
 `Row` and `print_table` format the result table (ours, the limit, the ratio, the target).
@@ -223,7 +223,11 @@ def write_limit(directory: str, nbytes: int, chunk: int = MiB) -> Measure:
     return Measure(n, n * chunk, seconds)
 
 
-def page_growth(directory: str, nbytes: int = 512 * MiB, block: int = 64 * MiB) -> list[float]:
+GROWTH_BYTES = 512 * MiB            # page_growth: one new file this large ...
+GROWTH_BLOCK = 64 * MiB             # ... timed this much at a time
+
+
+def page_growth(directory: str, nbytes: int = GROWTH_BYTES, block: int = GROWTH_BLOCK) -> list[float]:
     """What growing the page cache costs: `os.write` of 1 MiB chunks into one new file of
     `nbytes`, as microseconds of CPU per 4 KiB page for each `block` in turn (the file is
     deleted afterwards). A store keeps what it writes cached, so its appends pay for new pages

@@ -377,7 +377,8 @@ class EmbeddedBench:
     def run(self) -> None:
         say("warming the disk (one discarded 256 MiB write-limit pass) ...")
         L.write_limit(self.root, 256 * MiB)
-        say("page cache growth (512 MiB file, CPU per 4 KiB page by 64 MiB block) ...")
+        say(f"page cache growth ({L.GROWTH_BYTES // MiB} MiB file, CPU per 4 KiB page by "
+            f"{L.GROWTH_BLOCK // MiB} MiB block) ...")
         self.samples["page_growth_us_per_page"] = L.page_growth(self.root)
         self.measure_cpu("start")
         for sp in self.plan.sizes:
@@ -395,8 +396,9 @@ class EmbeddedBench:
         print(f"  write  os.write 1 MiB chunks + fdatasync, fallocated file: {L.spread(writes)}"
               f" over {len(writes)} runs (each row uses the better of its two)")
         growth = self.samples["page_growth_us_per_page"]
-        print(f"  growth os.write 1 MiB chunks into one new 512 MiB file, µs of CPU per 4 KiB page, "
-              f"64 MiB at a time: {', '.join(f'{c:.1f}' for c in growth)} (a store keeps its "
+        print(f"  growth os.write 1 MiB chunks into one new {L.GROWTH_BYTES // MiB} MiB file, µs of CPU "
+              f"per 4 KiB page, {L.GROWTH_BLOCK // MiB} MiB at a time: "
+              f"{', '.join(f'{c:.1f}' for c in growth)} (a store keeps its "
               f"pages cached, so it pays the later blocks' price; see benchmarks/README.md)")
         for s in self.samples["slice_copy"]:
             print(f"  slice  mmap record -> bytes, {size_name(s['body'])} records (best of 3): "
