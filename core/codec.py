@@ -61,6 +61,9 @@ def record_size(body_len: int, topic_len: int, props_len: int, born_v6=False, st
             + (12 if born_v6 else 0) + (12 if store_v6 else 0))
 
 
+MIN_RECORD_SIZE = record_size(0, 0, 0)     # 91: the smallest TOTALSIZE a record can have
+
+
 @dataclass(slots=True)
 class PreparedRecord:
     """A validated message, encoded except for its position-dependent fields."""
@@ -380,7 +383,7 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
     total, magic = _BLANK.unpack_from(buf, pos)
     if magic == MAGIC_BLANK:
         return (RecordCheck.BLANK, total) if 8 <= total <= limit - pos else (RecordCheck.END, 0)
-    if magic not in (MAGIC_V1, MAGIC_V2) or total < 91 or total > limit - pos:
+    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
         return RecordCheck.END, 0
     try:
         sys_flag = _SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0]

@@ -15,8 +15,11 @@ dispatched, as record-by-record dispatch would.
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from core.codec import MIN_RECORD_SIZE
 from core.consume_queue import ENTRY, ENTRY_DTYPE, UNIT_SIZE
 from core.index_service import build_key
 from core.message import (
@@ -32,6 +35,7 @@ BATCH_RECORDS = 4096
 IDLE_AFTER_S = 1.0
 IDLE_INTERVAL_MS = 5
 FEW_RECORDS = 32                  # smaller batches of `Rows` are applied without numpy
+log = logging.getLogger(__name__)
 
 
 class DispatchStop:
@@ -215,7 +219,19 @@ class Dispatcher:
     def _put_run(self, topic: str, queue_id: int, first: int, entries: bytes, last: int,
                  end: int) -> None:
         """Write one queue's packed entries from queue offset `first` to `last` (the log
-        position past the last record: `end`), then say they arrived."""
+        position past the last record: `end`), then say they arrived.
+
+        A run whose first QUEUEOFFSET the log cannot hold is left out: every entry below it
+        stands for a record of at least MIN_RECORD_SIZE bytes before this one. Such an offset is
+        damaged (QUEUEOFFSET is outside the body CRC), and the consume queue would fill blanks
+        up to it: one flipped bit asked for 2^28 of them, 5 GB. The queue goes on at its next
+        good record, with a blank where this one stood."""
+        phys = ENTRY.unpack_from(entries)[0]
+        if first * MIN_RECORD_SIZE > phys:
+            log.error("record at %d: QUEUEOFFSET %d of %s-%d is more than the log can hold "
+                      "before it; the header is damaged, the record is left out of its queue",
+                      phys, first, topic, queue_id)
+            return
         self.cq_store.put_entries(topic, queue_id, first, entries, end)
         if self.on_arrive is not None:
             self.on_arrive(topic, queue_id, last + 1)

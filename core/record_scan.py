@@ -29,7 +29,7 @@ import numpy as np
 
 from core.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.codec import (
-    MAGIC_BLANK, MAGIC_V1, DispatchRequest, RecordCheck, check_record,
+    MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, DispatchRequest, RecordCheck, check_record,
 )
 from core.crc import crc32
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
@@ -49,7 +49,6 @@ _HEADER_DTYPE = np.dtype([
     ("prepared", ">i8"), ("body_len", ">i4")])
 _HEADER_BYTES = np.arange(_HEAD_SIZE, dtype=np.int64)
 _FRAME = struct.Struct(">ii")
-_MIN_RECORD = 91
 
 
 class ScanEnd:
@@ -68,7 +67,7 @@ def _walk(buf, pos: int, end: int, room: int) -> list[int]:
     append = starts.append
     while room and end - pos >= 8:
         total, magic = frame_at(buf, pos)
-        if magic != MAGIC_V1 or not _MIN_RECORD <= total <= end - pos:
+        if magic != MAGIC_V1 or not MIN_RECORD_SIZE <= total <= end - pos:
             break
         append(pos)
         pos += total
@@ -255,7 +254,7 @@ def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: Scan
     value) tail, and lie where they say, so that the same checks hold for them. Returns the
     bytes taken, 0 when there is no such run of `NUMPY_MIN_RECORDS` records."""
     total, magic = _FRAME.unpack_from(buf, pos)
-    count = min(room, (end - pos) // total) if magic == MAGIC_V1 and total >= _MIN_RECORD else 0
+    count = min(room, (end - pos) // total) if magic == MAGIC_V1 and total >= MIN_RECORD_SIZE else 0
     if count < NUMPY_MIN_RECORDS:
         return 0
     ok, _, _, _, _, _, _, _, tpos = _headers_struct(buf, [pos], base, check_crc)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.commitlog import CommitLog
+from core.consume_queue import BLANK_SIZE
 from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import Dispatcher, DispatchStop
 from core.fileops import REAL_FILE_OPS
@@ -187,6 +188,43 @@ def test_dispatching_twice_changes_nothing(parts):
     assert {k: [cq.get_entry(i) for i in range(cq.get_max_offset_in_queue())]
             for k, cq in parts.cqs.queues.items()} == entries
     assert parts.index.query_offset("T1", "k4", 64, 0, 1 << 62)[0] == hits
+
+
+def _damage_queue_offset(parts, phys: int, value: int) -> None:
+    """Write `value` over the QUEUEOFFSET of the record at `phys`, in its segment file (the
+    mapping is shared, so the log reads it): a damaged header, which the body CRC cannot see."""
+    from core.codec import QUEUE_OFFSET_POS
+    size = parts.cfg.mapped_file_size_commitlog
+    path = os.path.join(parts.cfg.commitlog_dir, "%020d" % (phys - phys % size))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, value.to_bytes(8, "big"), phys % size + QUEUE_OFFSET_POS)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("batch_records", [1, 1024])
+def test_a_damaged_queue_offset_is_not_entered_nor_filled_up_to(parts, monkeypatch, batch_records):
+    """A record whose QUEUEOFFSET had a bit flipped (19 became 19 + 2^12) asks for an entry far
+    past the queue's end. It is not entered, and no filler entries are written up to it (a
+    flip in a higher byte asked for 2^28 of them: 5 GB); the queue goes on at the next record,
+    with a filler entry where the damaged one stood."""
+    import core.dispatch
+    monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", batch_records)
+    res = [parts.put(Message("T", b"body %d" % i, queue_id=0)) for i in range(20)]
+    _damage_queue_offset(parts, res[19].wrote_offset, 19 + (1 << 12))
+    end = parts.log.get_max_offset()
+    assert parts.dispatcher.run(0, end, check_crc=True) == (end, DispatchStop.DONE)
+    cq = parts.cqs.find("T", 0)
+    assert cq.get_max_offset_in_queue() == 19
+    assert [cq.get_entry(i)[0] for i in range(19)] == [r.wrote_offset for r in res[:19]]
+
+    later = parts.put(Message("T", b"body 20", queue_id=0))
+    assert later.logics_offset == 20
+    assert parts.dispatcher.run(end, later.next_offset) == (later.next_offset, DispatchStop.DONE)
+    assert cq.get_max_offset_in_queue() == 21
+    assert cq.get_entry(19)[1] == BLANK_SIZE
+    assert cq.get_entry(20)[0] == later.wrote_offset
 
 
 def test_small_batches_give_the_same_queues_and_index(parts, monkeypatch, tiny_config):
