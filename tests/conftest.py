@@ -10,8 +10,11 @@ from __future__ import annotations
 import time
 
 import pytest
+import timeout_hooks
 
 from core.config import StoreConfig
+
+pytest_collection_modifyitems = timeout_hooks.pytest_collection_modifyitems     # a pytest hook
 
 TINY = dict(
     mapped_file_size_commitlog=4096 * 4,
