@@ -11,7 +11,8 @@ Tags, keys and properties apply to every message; each message also gets its own
 
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
-message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running.
+message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
+2 for options that do not go together or are out of range.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import time
 from core.message import Message
 from ipc.connection import MQError
 from ipc.producer import Producer
+from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, locate
 
 
@@ -43,8 +45,8 @@ def add_parser(subparsers):
     where.add_argument("--queue", type=int, metavar="Q", help="queue id (default: round robin)")
     where.add_argument("--sharding-key", metavar="K",
                        help="pick the queue by hashing K, so equal keys keep their order in one queue")
-    p.add_argument("--count", type=int, default=1, metavar="N",
-                   help="send the --body/--file message N times (default 1; not used with stdin)")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="send the --body/--file message N times (default 1; only with --body or --file)")
     p.add_argument("--batch", type=int, default=1, metavar="N",
                    help="messages per put_batch request (default 1: one put per message)")
     p.add_argument("--in-flight", type=int, default=8, metavar="W",
@@ -63,18 +65,27 @@ def _properties(pairs: list) -> dict:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise ValueError(f"--property {pair!r}: expected NAME=VALUE")
+            raise UsageError(f"--property {pair!r}: expected NAME=VALUE")
         props[name] = value
     return props
 
 
+def _check_options(args) -> None:
+    if args.count is not None and args.body is None and args.file is None:
+        raise UsageError("--count repeats --body or --file; without them every line of "
+                         "standard input is one message")
+    if (args.count is not None and args.count < 0) or args.batch < 1 or args.in_flight < 1:
+        raise UsageError("--count must be >= 0, --batch and --in-flight >= 1")
+
+
 def _bodies(args):
+    count = 1 if args.count is None else args.count
     if args.body is not None:
-        return itertools.repeat(args.body.encode("utf-8"), args.count)
+        return itertools.repeat(args.body.encode("utf-8"), count)
     if args.file is not None:
         with open(args.file, "rb") as f:
             data = f.read()
-        return itertools.repeat(data, args.count)
+        return itertools.repeat(data, count)
     return (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
 
 
@@ -87,10 +98,9 @@ def _line(result) -> str:
 
 
 def run(args) -> int:
+    _check_options(args)
+    props = _properties(args.property)
     try:
-        props = _properties(args.property)
-        if args.count < 0 or args.batch < 1 or args.in_flight < 1:
-            raise ValueError("--count must be >= 0, --batch and --in-flight >= 1")
         address = locate(args)[0]
         bodies = _bodies(args)
     except (ValueError, OSError, NotRunning) as e:
