@@ -15,7 +15,7 @@ keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON 
 line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
 timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
 standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
-an error stopped the read.
+an error stopped the read, 2 for a bad option value.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import threading
 from ipc.connection import MQError
 from ipc.consumer import Consumer
 from ipc.received import message_to_dict
+from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, locate
 
 POLL_MS = 500
@@ -66,11 +67,18 @@ def _json(m) -> str:
     return json.dumps(message_to_dict(m), ensure_ascii=False)
 
 
-def run(args) -> int:
+def _queues(text: str | None) -> list | None:
     try:
-        queues = [int(q) for q in args.queues.split(",") if q.strip()] if args.queues else None
-        if args.max is not None and args.max < 0:
-            raise ValueError("--max must be >= 0")
+        return [int(q) for q in text.split(",") if q.strip()] if text else None
+    except ValueError:
+        raise UsageError(f"--queues {text!r}: expected queue ids separated by commas") from None
+
+
+def run(args) -> int:
+    queues = _queues(args.queues)
+    if args.max is not None and args.max < 0:
+        raise UsageError("--max must be >= 0")
+    try:
         address = locate(args)[0]
     except (ValueError, NotRunning) as e:
         print(f"mqstore consume: {e}", file=sys.stderr)

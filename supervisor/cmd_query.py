@@ -8,7 +8,7 @@ epoch). `--id` finds one message by its offset message id (the `msgId` that prod
 
 Prints each message as a block of fields, or with `--json` one JSON object per line (as
 `mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
-the store is not running).
+the store is not running), 2 for --key without --topic.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import time
 from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict
+from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, locate
 
 
@@ -61,8 +62,7 @@ def describe(m) -> str:
 
 def run(args) -> int:
     if args.key is not None and not args.topic:
-        print("mqstore query: --key needs --topic", file=sys.stderr)
-        return 1
+        raise UsageError("--key needs --topic")
     try:
         with Admin(locate(args)[0]) as admin:
             if args.key is not None:
