@@ -80,7 +80,7 @@ def run(args) -> int:
         raise UsageError("--max must be >= 0")
     try:
         address = locate(args)[0]
-    except (ValueError, NotRunning) as e:
+    except NotRunning as e:
         print(f"mqstore consume: {e}", file=sys.stderr)
         return 1
     fmt = _json if args.json else _text
