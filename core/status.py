@@ -1,7 +1,9 @@
 """Status enums and result objects of the put and get paths, with RocketMQ's names.
 
 Statuses travel on the hot path instead of exceptions (STYLE.md): a caller always gets
-one of these, never a raised error, for anything a client could cause.
+one of these, never a raised error, for anything a client could cause. The status enums
+are `StrEnum`s: a member is its RocketMQ name (`status == "PUT_OK"`, `str(status)`), as the
+wire protocol and the CLI print it, and still compares by identity.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 
-class PutMessageStatus(enum.Enum):
+class PutMessageStatus(enum.StrEnum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -30,7 +32,7 @@ class PutMessageStatus(enum.Enum):
         return self is PutMessageStatus.PUT_OK
 
 
-class AppendMessageStatus(enum.Enum):
+class AppendMessageStatus(enum.StrEnum):
     PUT_OK = "PUT_OK"
     END_OF_FILE = "END_OF_FILE"
     MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
@@ -38,7 +40,7 @@ class AppendMessageStatus(enum.Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
-class GetMessageStatus(enum.Enum):
+class GetMessageStatus(enum.StrEnum):
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
     MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
