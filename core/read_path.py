@@ -22,19 +22,30 @@ def _total_memory() -> int:
         return 8 << 30
 
 
-def out_of_range(offset: int, lo: int, hi: int) -> GetMessageResult | None:
+def out_of_range(offset: int, lo: int, hi: int, correct: bool = True) -> GetMessageResult | None:
     """The answer to a pull at `offset` of a queue holding [lo, hi) when there is nothing to
-    read there (RocketMQ's statuses and next offsets); None when `offset` is inside."""
+    read there (RocketMQ 5's statuses and next offsets); None when `offset` is inside.
+
+    `correct` is RocketMQ's nextOffsetCorrection: a slave that does not check offsets
+    (`offset_check_in_slave` off) answers the requested offset as the next one instead of the
+    corrected one, since its queue may only lag the master's."""
     S = GetMessageStatus
     if hi == 0:
-        return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-    if offset < lo:
-        return GetMessageResult(S.OFFSET_TOO_SMALL, lo, lo, hi)
-    if offset == hi:
+        status, corrected = S.NO_MESSAGE_IN_QUEUE, 0
+    elif offset < lo:
+        status, corrected = S.OFFSET_TOO_SMALL, lo
+    elif offset == hi:
         return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-    if offset > hi:
-        return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-    return None
+    elif offset > hi:
+        status, corrected = S.OFFSET_OVERFLOW_BADLY, hi
+    else:
+        return None
+    return GetMessageResult(status, corrected if correct else offset, lo, hi)
+
+
+def corrects_offsets(config) -> bool:
+    """Whether pulls correct a bad offset (RocketMQ: not on a slave, unless offsetCheckInSlave)."""
+    return not config.is_slave or config.offset_check_in_slave
 
 
 class _SegmentReader:
@@ -77,22 +88,23 @@ class StoreReader:
         self.cq_store = cq_store
         self.index_service = index_service
         self.memory_window = _total_memory() * config.access_message_in_memory_max_ratio // 100
+        self.correct = corrects_offsets(config)
 
     # -- pulls ---------------------------------------------------------------------------
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None) -> GetMessageResult:
         cq = self.cq_store.find(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        if cq is None:                   # RocketMQ creates the queue here: an empty one
+            return out_of_range(offset, 0, 0, self.correct)
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        outside = out_of_range(offset, lo, hi)
+        outside = out_of_range(offset, lo, hi, self.correct)
         if outside is not None:
             return outside
         max_msgs = max(1, max_msgs)
         scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset),
-                                    lo, hi)
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
+                                    cq.roll_next_file(offset) if self.correct else offset, lo, hi)
         return self._collect(raw, offset, max_msgs, tag_filter, lo, hi)
 
     def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> GetMessageResult:
@@ -186,7 +198,7 @@ class StoreReader:
 
     def get_min_offset_in_queue(self, topic, queue_id) -> int:
         cq = self.cq_store.find(topic, queue_id)
-        return cq.get_min_offset_in_queue() if cq else -1
+        return cq.get_min_offset_in_queue() if cq else 0     # as RocketMQ's new, empty queue
 
     def get_commit_log_offset_in_queue(self, topic, queue_id, cq_offset) -> int:
         cq = self.cq_store.find(topic, queue_id)

@@ -85,7 +85,7 @@ class BatchStoreReader(StoreReader):
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None):
         cq = self.cq_store.find(topic, queue_id)
         if cq is None:
-            return GetMessageResult(S.NO_MATCHED_LOGIC_QUEUE, 0)
+            return out_of_range(offset, 0, 0, self.correct)
         return self.pull(cq, offset, max_msgs, tag_filter)
 
     def pull(self, cq, offset: int, max_msgs: int, tag_filter=None, views: bool = False,
@@ -131,7 +131,7 @@ class BatchStoreReader(StoreReader):
         several pulls in a row and how many (`_plain_pull`; `held`: the bytes of the pulls
         before them)."""
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        outside = out_of_range(offset, lo, hi)
+        outside = out_of_range(offset, lo, hi, self.correct)
         if outside is not None:
             return outside, 1
         max_msgs = max(1, max_msgs)
@@ -142,7 +142,8 @@ class BatchStoreReader(StoreReader):
         scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
-            return GetMessageResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi), 1
+            return GetMessageResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset) if self.correct else offset,
+                                    lo, hi), 1
         return self._collect(raw, offset, max_msgs, tag_filter, lo, hi), 1
 
     def _plain_pull(self, cq, offset, max_msgs, lo, hi, views=False, repeat=1,

@@ -152,10 +152,12 @@ def test_tag_filter(store):
 def test_get_message_statuses(store):
     put_n(store, 5, topic="S")
     assert store.wait_for_dispatch()
-    r = store.get_message("g", "unknown", 0, 0, 1)
-    assert (r.status, r.next_begin_offset) == (G.NO_MATCHED_LOGIC_QUEUE, 0)
+    # RocketMQ creates a queue on first lookup: an unknown topic or queue is an empty queue
+    r = store.get_message("g", "unknown", 0, 3, 1)
+    assert (r.status, r.next_begin_offset, r.min_offset, r.max_offset) == (G.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     r = store.get_message("g", "S", 7, 0, 1)
-    assert r.status is G.NO_MATCHED_LOGIC_QUEUE
+    assert r.status is G.NO_MESSAGE_IN_QUEUE
+    assert (store.get_min_offset_in_queue("S", 7), store.get_max_offset_in_queue("S", 7)) == (0, 0)
     store.cq_store.find_or_create("Empty", 0)
     r = store.get_message("g", "Empty", 0, 3, 1)
     assert (r.status, r.next_begin_offset) == (G.NO_MESSAGE_IN_QUEUE, 0)
@@ -163,9 +165,27 @@ def test_get_message_statuses(store):
     assert (r.status, r.next_begin_offset, r.min_offset, r.max_offset) == (G.OFFSET_OVERFLOW_ONE, 5, 0, 5)
     r = store.get_message("g", "S", 0, 9, 1)
     assert r.status is G.OFFSET_OVERFLOW_BADLY
-    assert r.next_begin_offset == 0                    # RocketMQ: min when min is 0
+    assert r.next_begin_offset == 5                    # RocketMQ 5: the max offset
     r = store.get_message("g", "S", 0, 4, 1)
     assert (r.status, r.next_begin_offset, r.messages[0].body) == (G.FOUND, 5, b"body-4")
+
+
+def test_a_slave_keeps_the_requested_offset_unless_it_checks_offsets(tiny_config, open_store):
+    """RocketMQ's nextOffsetCorrection: a SLAVE answers a bad offset with the offset asked
+    for (its queue may only lag the master's), unless offset_check_in_slave is on."""
+    master = open_store(tiny_config())
+    put_n(master, 5, topic="S")
+    assert master.wait_for_dispatch()
+    master.shutdown()
+    nexts = {}
+    for check in (False, True):
+        slave = open_store(tiny_config(broker_role="SLAVE", offset_check_in_slave=check))
+        nexts[check] = [(r.status, r.next_begin_offset) for r in
+                        (slave.get_message("g", "S", 0, 9, 1), slave.get_message("g", "S", 1, 3, 1),
+                         slave.get_message("g", "S", 0, 5, 1))]
+        slave.shutdown()
+    assert nexts[False] == [(G.OFFSET_OVERFLOW_BADLY, 9), (G.NO_MESSAGE_IN_QUEUE, 3), (G.OFFSET_OVERFLOW_ONE, 5)]
+    assert nexts[True] == [(G.OFFSET_OVERFLOW_BADLY, 5), (G.NO_MESSAGE_IN_QUEUE, 0), (G.OFFSET_OVERFLOW_ONE, 5)]
 
 
 def test_offset_too_small_after_commitlog_files_expire(store):
