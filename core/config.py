@@ -10,9 +10,14 @@ the top level or under `[store]`), `MQSTORE_<KEY>` environment variables, explic
 (an override of None counts as not given, so a CLI can pass its unset options straight
 through). Every `MQSTORE_*` variable must name a field: the prefix belongs to this module.
 
+Where RocketMQ corrects a value, so does `StoreConfig`, and it logs a warning naming the key:
+the disk ratios are clamped to RocketMQ's ranges (reference 11.2) and the consume-queue file
+size is rounded up to a multiple of 20 (128 -> 140), so that the corrected value is the one
+every reader of the config sees.
+
 Decisions beyond RocketMQ:
-- Where RocketMQ clamps a value (disk ratios) or rounds it (consume-queue file size up to a
-  multiple of 20), we reject it instead: a silent correction hides a typo.
+- A CommitLog segment must hold the smallest record and a blank record (99 bytes); RocketMQ
+  has no lower bound.
 - `store_path_root_dir` accepts a path-like object, expands `~` and is made absolute, so
   that every process of a store resolves the same directory.
 - `flush_disk_type` and `broker_role` are accepted in any letter case and kept upper-case.
@@ -28,10 +33,15 @@ import dataclasses
 import difflib
 import ipaddress
 import json
+import logging
 import os
 import re
 import tomllib
 from dataclasses import dataclass
+
+from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
+
+log = logging.getLogger(__name__)
 
 JAVA_INT_MAX = 2**31 - 1
 CQ_STORE_UNIT_SIZE = 20
@@ -68,18 +78,20 @@ _ZERO_ALLOWED = (
     "delete_commit_log_files_interval", "delete_consume_queue_files_interval",
     "destroy_mapped_file_interval_forcibly")
 _INT_BOUNDS = {  # key: (lowest, highest or None)
-    "mapped_file_size_commitlog": (4096, JAVA_INT_MAX),
+    "mapped_file_size_commitlog": (MIN_RECORD_SIZE + BLANK_SIZE, JAVA_INT_MAX),
     "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, JAVA_INT_MAX),
     "max_message_size": (1, JAVA_INT_MAX),
     "max_hash_slot_num": (1, JAVA_INT_MAX),
     "max_index_num": (2, JAVA_INT_MAX),          # entry 0 is never used
     "access_message_in_memory_max_ratio": (0, 100),
-    "disk_max_used_space_ratio": (10, 95),       # RocketMQ's clamps, reference 11.2
-    "disk_space_warning_level_ratio": (35, 90),
-    "disk_space_clean_forcibly_ratio": (30, 85),
     "max_mapped_files": (4, None),
     "ha_listen_port": (0, 65535),                # 0: any free port
     "listen_port": (0, 65535),
+}
+_CLAMPED = {  # key: the range RocketMQ's getter clamps the value to (reference 11.2)
+    "disk_max_used_space_ratio": (10, 95),
+    "disk_space_warning_level_ratio": (35, 90),
+    "disk_space_clean_forcibly_ratio": (30, 85),
 }
 
 
@@ -155,6 +167,11 @@ class StoreConfig:
     max_mapped_files: int = 16
     listen_port: int = 10911
 
+    def __new__(cls, *args, **kwargs):
+        for key in kwargs:                  # the generated __init__ would raise a TypeError
+            _check_known(key, "StoreConfig(...)")
+        return super().__new__(cls)
+
     def __post_init__(self):
         root = self.store_path_root_dir
         if isinstance(root, os.PathLike):
@@ -167,7 +184,23 @@ class StoreConfig:
         object.__setattr__(self, "store_path_root_dir", os.path.abspath(os.path.expanduser(root)))
         for key in ("flush_disk_type", "broker_role"):
             object.__setattr__(self, key, getattr(self, key).upper())
+        self._correct_as_rocketmq()
         self._validate()
+
+    def _correct_as_rocketmq(self) -> None:
+        """Clamp the disk ratios and round the consume-queue file size up, as RocketMQ does."""
+        for key, (lo, hi) in _CLAMPED.items():
+            value = getattr(self, key)
+            if not lo <= value <= hi:
+                log.warning("%s = %d is outside %d..%d: using %d, as RocketMQ does", key, value, lo, hi,
+                            min(max(value, lo), hi))
+                object.__setattr__(self, key, min(max(value, lo), hi))
+        size = self.mapped_file_size_consume_queue
+        if size > 0 and size % CQ_STORE_UNIT_SIZE:
+            rounded = -(-size // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+            log.warning("mapped_file_size_consume_queue = %d is not a multiple of %d (the entry size): "
+                        "using %d, as RocketMQ does", size, CQ_STORE_UNIT_SIZE, rounded)
+            object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
 
     def _validate(self) -> None:
         for key, tp in _FIELD_TYPES.items():
@@ -180,11 +213,6 @@ class StoreConfig:
                 raise ConfigError(f"{key} = {value!r}: must be an int {allowed}", key)
         _check_choice("flush_disk_type", self.flush_disk_type, FLUSH_DISK_TYPES)
         _check_choice("broker_role", self.broker_role, BROKER_ROLES)
-        if self.mapped_file_size_consume_queue % CQ_STORE_UNIT_SIZE:
-            raise ConfigError(
-                f"mapped_file_size_consume_queue = {self.mapped_file_size_consume_queue!r}: "
-                f"must be a multiple of {CQ_STORE_UNIT_SIZE} (the consume-queue entry size)",
-                "mapped_file_size_consume_queue")
         if self.index_file_size > JAVA_INT_MAX:
             raise ConfigError(
                 f"max_hash_slot_num = {self.max_hash_slot_num!r}, max_index_num = "

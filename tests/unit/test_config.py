@@ -101,10 +101,9 @@ def test_enums_accept_any_case():
     ("store_host", 10911, "string"),
     ("store_path_root_dir", 5, "string"),
     ("store_path_root_dir", "", "directory"),
-    ("mapped_file_size_commitlog", 0, "between 4096 and 2147483647"),
-    ("mapped_file_size_commitlog", 4095, "between 4096"),
+    ("mapped_file_size_commitlog", 0, "between 99 and 2147483647"),
+    ("mapped_file_size_commitlog", 98, "between 99"),
     ("mapped_file_size_commitlog", 2**31, "2147483647"),
-    ("mapped_file_size_consume_queue", 6000001, "multiple of 20"),
     ("mapped_file_size_consume_queue", 0, "between 20"),
     ("flush_disk_type", "LAZY_FLUSH", "ASYNC_FLUSH, SYNC_FLUSH"),
     ("broker_role", "MASTER", "ASYNC_MASTER, SYNC_MASTER, SLAVE"),
@@ -114,10 +113,6 @@ def test_enums_accept_any_case():
     ("max_mapped_files", 3, "at least 4"),
     ("max_index_num", 1, "between 2"),
     ("max_hash_slot_num", 0, "between 1"),
-    ("disk_max_used_space_ratio", 96, "between 10 and 95"),
-    ("disk_max_used_space_ratio", 9, "between 10 and 95"),
-    ("disk_space_warning_level_ratio", 95, "between 35 and 90"),
-    ("disk_space_clean_forcibly_ratio", 29, "between 30 and 85"),
     ("access_message_in_memory_max_ratio", 101, "between 0 and 100"),
     ("delete_when", "4", "two-digit hours"),
     ("delete_when", "24", "two-digit hours"),
@@ -137,6 +132,31 @@ def test_bad_values_rejected_with_key_value_and_allowed(key, value, words):
     message = str(info.value)
     assert key in message and repr(value) in message and words in message
     assert info.value.key == key
+
+
+@pytest.mark.parametrize("key, value, used", [
+    ("mapped_file_size_consume_queue", 128, 140),        # reference 13.14: 7 entries a file
+    ("mapped_file_size_consume_queue", 6000001, 6000020),
+    ("mapped_file_size_consume_queue", 1, 20),
+    ("disk_max_used_space_ratio", 1, 10),                # reference 11.2: the getters clamp
+    ("disk_max_used_space_ratio", 99, 95),
+    ("disk_space_warning_level_ratio", 95, 90),
+    ("disk_space_warning_level_ratio", 0, 35),
+    ("disk_space_clean_forcibly_ratio", 29, 30),
+    ("disk_space_clean_forcibly_ratio", 100, 85),
+])
+def test_values_rocketmq_corrects_are_corrected_with_a_warning(key, value, used, caplog):
+    cfg = StoreConfig(**{key: value})
+    assert getattr(cfg, key) == used
+    assert key in caplog.text and str(used) in caplog.text
+
+
+def test_unknown_key_to_the_constructor_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="unknown configuration key 'flush_disk_typ'.*'flush_disk_type'") as info:
+        StoreConfig(flush_disk_typ="SYNC_FLUSH")
+    assert info.value.key == "flush_disk_typ"
+    with pytest.raises(ConfigError, match="'bogus'"):
+        dataclasses.replace(StoreConfig(), bogus=1)
 
 
 def test_accepted_edge_values():
