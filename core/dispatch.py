@@ -23,7 +23,8 @@ from core.codec import MIN_RECORD_SIZE
 from core.consume_queue import ENTRY, ENTRY_DTYPE, UNIT_SIZE
 from core.index_service import build_key
 from core.message import (
-    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_UNQUEUED,
+    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_NOT, SYSFLAG_TRANSACTION_ROLLBACK,
+    SYSFLAG_TRANSACTION_UNQUEUED,
 )
 from core.record_scan import ScanEnd, scan_segment
 from core.scan_batch import Rows, ScanBatch
@@ -82,6 +83,8 @@ class Dispatcher:
                         self.apply(batch)
                     if why is not ScanEnd.LIMIT or pos >= end:
                         break
+                    if progress is not None:
+                        progress(base + pos)
             finally:
                 mf.release()
             if why is ScanEnd.BLANK:
@@ -110,10 +113,10 @@ class Dispatcher:
         if plain.all():                                  # all plain messages (the usual)
             self._put_queues(batch, None)
         else:
-            skipped = np.isin(kinds, SYSFLAG_TRANSACTION_UNQUEUED)
-            queued = np.flatnonzero(~skipped)
+            queued = np.flatnonzero(~np.isin(kinds, SYSFLAG_TRANSACTION_UNQUEUED))
             if len(queued):
                 self._put_queues(batch, queued)
+            skipped = kinds == SYSFLAG_TRANSACTION_ROLLBACK
         store_ts = batch.column("store_ts")
         if self.index_service is not None:
             self._index(batch, store_ts, skipped)
@@ -154,7 +157,8 @@ class Dispatcher:
 
     def _index(self, batch: ScanBatch, store_ts, skipped) -> None:
         """Hand the batch's index keys to the index service (`skipped`: which records are
-        rolled-back or prepared transactions, None when none is). The common batch (runs of
+        rolled-back transactions, None when none is: RocketMQ indexes every other record,
+        prepared ones too, though only plain and committed ones enter a consume queue). The common batch (runs of
         one topic whose records have a UNIQ_KEY and no KEYS) passes the UNIQ_KEYs as a
         matrix of bytes with the topic as a prefix, without building a string per key."""
         phys = batch.column("phys")
@@ -212,7 +216,7 @@ class Dispatcher:
         for (topic, queue_id), run in runs.items():
             self._put_run(topic, queue_id, run[0], b"".join(run[1]), run[2], run[3])
         if self.index_service is not None:
-            skips = [kind in SYSFLAG_TRANSACTION_UNQUEUED for kind in kinds]
+            skips = [kind == SYSFLAG_TRANSACTION_ROLLBACK for kind in kinds]
             self._index_each(rows.topic, rows.keys, rows.uniq, rows.phys, rows.store_ts, skips)
         self.last_store_timestamp = rows.store_ts[-1]
 

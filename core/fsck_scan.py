@@ -27,7 +27,7 @@ from core.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps
 from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
 from core.index_service import IndexService, build_key, index_keys
-from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
+from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
 
 PROGRESS_STEP = 4 << 20
 HOT_KEY_MATCHES = 16              # a key with this many matches in a second is fetched whole
@@ -315,8 +315,8 @@ class _KeyCheck:
         self.service.load(True, 0)
 
     def verify(self, req: DispatchRequest, at: int, report) -> None:
-        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in SYSFLAG_TRANSACTION_UNQUEUED:
-            return
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            return                               # the one kind the index leaves out
         keys = [k[len(req.topic) + 1:] for k in index_keys(req)]
         self.checked += len(keys)
         missing = [k for k in keys if not self._found(req.topic, k, at, req.store_timestamp)]

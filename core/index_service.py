@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from core.hashing import index_key_hashes
 from core.index_file import IndexFile
 from core.message import (
-    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED,
+    KEY_SEPARATOR, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK,
 )
 
 MAX_MSGS_NUM_BATCH = 64
@@ -123,8 +123,8 @@ class IndexService:
 
     def build_index(self, req) -> None:
         """Index one dispatched record (a `DispatchRequest`)."""
-        if req.sys_flag & SYSFLAG_TRANSACTION_MASK in SYSFLAG_TRANSACTION_UNQUEUED:
-            return
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            return                       # RocketMQ indexes prepared records, not rolled-back ones
         keys = index_keys(req)
         self.build_batch(keys, [req.commit_log_offset] * len(keys),
                          [req.store_timestamp] * len(keys))

@@ -169,9 +169,21 @@ def test_transaction_types(parts):
     parts.dispatcher.run(0, parts.log.get_max_offset())
     cq = parts.cqs.find("T", 0)
     assert cq.get_max_offset_in_queue() == 2           # normal and commit only
-    for key, indexed in (("n", True), ("p", False), ("c", True), ("r", False)):
+    # RocketMQ's index service skips rolled-back records only; prepared ones are indexed
+    for key, indexed in (("n", True), ("p", True), ("c", True), ("r", False)):
         assert bool(parts.index.query_offset("T", key, 10, 0, 1 << 62)[0]) is indexed, key
     assert parts.arrived == [("T", 0, 2)]             # only what reached the queue
+
+
+def test_transaction_types_in_a_large_batch(parts):
+    """The numpy path of `Dispatcher.apply` (a batch of many records) skips the same ones."""
+    flags = (0, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK)
+    for i in range(200):
+        parts.put(Message("T", b"m", keys="k%d" % i, sys_flag=flags[i % 4]))
+    parts.dispatcher.run(0, parts.log.get_max_offset())
+    assert parts.cqs.find("T", 0).get_max_offset_in_queue() == 100
+    hits = [i for i in range(200) if parts.index.query_offset("T", "k%d" % i, 10, 0, 1 << 62)[0]]
+    assert hits == [i for i in range(200) if i % 4 != 3]
 
 
 def test_dispatching_twice_changes_nothing(parts):
