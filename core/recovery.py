@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from core.codec import DispatchRequest, check_record
+from core.codec import DispatchRequest, check_record, read_i32
 from core.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,9 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
                   progress=None) -> RecoveryReport:
     """Bring CommitLog, consume queues and index to one consistent end; return what was done.
 
-    `progress(scanned_bytes, total_bytes)` is called as the scan advances.
+    `progress(scanned_bytes, total_bytes)` is called as the scan advances (every few thousand
+    records and at each segment's end) and once at the end, with both at the bytes scanned:
+    the log may end before the last segment does.
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
     cq_store.recover()
@@ -61,6 +63,8 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
                             progress=on_progress, apply=not last_exit_ok)
     report.end_offset = end
     report.scanned_bytes = end - start
+    if progress is not None:
+        progress(end - start, end - start)
     truncate_all(commitlog, cq_store, index_service, end)
     log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
              "abnormal" if report.abnormal else "normal", end - start, start, end)
@@ -78,10 +82,25 @@ def _first_record_valid(mf, queue) -> bool:
     return isinstance(req, DispatchRequest) and req.commit_log_offset == mf.file_from_offset
 
 
+def _never_written(mf, queue) -> bool:
+    buf = queue.hold(mf)
+    if buf is None:
+        return False
+    try:
+        return read_i32(buf, 0) == 0
+    finally:
+        mf.release()
+
+
 def normal_start_index(files, queue) -> int:
     """The third segment from the end (RocketMQ's rule), or an older one when that segment does
-    not begin with a valid record: the damage may reach further back than three segments."""
-    idx = max(0, len(files) - 3)
+    not begin with a valid record: the damage may reach further back than three segments.
+    Segments at the end that were never written to (made ahead of the writer by the allocator,
+    which RocketMQ destroys at shutdown) do not count among the three."""
+    last = len(files) - 1
+    while last > 0 and _never_written(files[last], queue):
+        last -= 1
+    idx = max(0, last - 2)
     while idx > 0 and not _first_record_valid(files[idx], queue):
         idx -= 1
     return idx

@@ -229,6 +229,39 @@ def test_recovery_progress_is_reported(tiny_config, open_store):
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
+@pytest.mark.parametrize("abnormal", [False, True])
+def test_recovery_progress_inside_one_segment_ends_at_the_log_end(tiny_config, open_store, abnormal):
+    cfg = tiny_config(mapped_file_size_commitlog=1 << 20)
+    st = open_store(cfg)
+    put_n(st, 5000)                                    # one segment, more than a scan batch
+    end = st.get_max_phy_offset()
+    st.shutdown()
+    if abnormal:
+        open(cfg.abort_path, "w").close()
+    seen = []
+    open_store(cfg, progress=lambda done, total: seen.append((done, total)))
+    assert len(seen) >= 2 and seen[-1] == (end, end)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_normal_recovery_checks_three_written_segments_not_the_one_made_ahead(tiny_config, open_store):
+    """RocketMQ checks the last three segments at a normal start; a segment made ahead of the
+    writer and never written to is not one of them (RocketMQ destroys those at shutdown)."""
+    cfg = tiny_config()
+    st = open_store(cfg)
+    results = []
+    while len({r.wrote_offset // SEG for r in results}) < 4:
+        results += put_n(st, 50, start=len(results))
+    st.shutdown()
+    last = results[-1].wrote_offset // SEG
+    assert os.path.exists(os.path.join(cfg.commitlog_dir, offset_to_file_name((last + 1) * SEG)))
+    victim = next(r for r in results if r.wrote_offset // SEG == last - 2 and r.wrote_offset % SEG)
+    damage(cfg, victim.wrote_offset + 88 + 5, b"\xff")             # BODY starts at 88: its CRC fails
+    st = open_store(cfg)
+    assert st.get_max_phy_offset() == victim.wrote_offset
+    assert st.look_message_by_offset(victim.wrote_offset) is None
+
+
 def test_empty_store_restarts(tiny_config, open_store):
     cfg = tiny_config()
     st = open_store(cfg)
