@@ -33,7 +33,7 @@ from core.codec import (
     MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, uniq_key_at,
 )
 from core.crc import crc32
-from core.message import PROPERTY_UNIQ_KEY
+from core.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, has_delay_level
 from core.status import PutMessageStatus
 
 _U8 = np.uint8
@@ -162,6 +162,8 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
                           block=None):
     """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
     record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus."""
+    if msg.properties and PROPERTY_DELAY in msg.properties and has_delay_level(msg.properties):
+        return PutMessageStatus.MESSAGE_ILLEGAL
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
     if recs is None:
         recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, uniq_keys)

@@ -17,6 +17,7 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"                 # the delay level: RocketMQ refuses it in a batch
 KEY_SEPARATOR = " "
 
 SYSFLAG_COMPRESSED = 0x1
@@ -137,3 +138,15 @@ def decode_message_id(msg_id: str) -> tuple[tuple, int]:
     if len(raw) not in (16, 28):
         raise ValueError(f"not an offset message id: {msg_id!r}")
     return bytes_to_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]
+
+
+def has_delay_level(props) -> bool:
+    """Whether properties ask for a delay level above 0, which a batch may not (RocketMQ:
+    MESSAGE_ILLEGAL); a DELAY that is not a number is refused as well."""
+    level = props.get(PROPERTY_DELAY) if props else None
+    if level is None:
+        return False
+    try:
+        return int(level) != 0
+    except (TypeError, ValueError):
+        return True

@@ -24,7 +24,7 @@ from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
-from core.message import PROPERTY_UNIQ_KEY, Message
+from core.message import PROPERTY_UNIQ_KEY, Message, has_delay_level
 from core.read_path import StoreReader
 from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
@@ -278,7 +278,7 @@ class MessageStore:
             rec = self.commitlog.prepare(m)
             if isinstance(rec, PutMessageStatus):
                 return PutMessageResult(rec)
-            if rec.sys_flag & 0xC:                         # no transactions in a batch
+            if rec.sys_flag & 0xC or has_delay_level(m.properties):   # no transactions or delays
                 return PutMessageResult(S.MESSAGE_ILLEGAL)
             recs.append(rec)
         return self._append(recs, first)

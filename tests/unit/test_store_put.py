@@ -267,6 +267,10 @@ def test_batch_with_a_bad_message_stores_nothing(store):
         (batch_msgs(topic="B")[:5] + [Message("other", b"x")], S.MESSAGE_ILLEGAL),
         (batch_msgs(topic="B")[:5] + [Message("B", b"x", queue_id=1)], S.MESSAGE_ILLEGAL),
         (batch_msgs(topic="B")[:5] + [Message("B", b"x", sys_flag=0x4)], S.MESSAGE_ILLEGAL),
+        (batch_msgs(topic="B")[:5] + [Message("B", b"x", properties={"DELAY": "3"})], S.MESSAGE_ILLEGAL),
+        ([Message("B", b"x%d" % i, properties={"DELAY": "2"}) for i in range(4)], S.MESSAGE_ILLEGAL),
+        ([Message("B", b"x%d" % i, properties={"DELAY": "2", "UNIQ_KEY": "U%d" % i}) for i in range(4)],
+         S.MESSAGE_ILLEGAL),                           # RocketMQ: no delay level in a batch
         ([Message("B", b"x" * 3000) for _ in range(8)], S.MESSAGE_ILLEGAL),     # > one segment
         ([], S.MESSAGE_ILLEGAL),
     ]
