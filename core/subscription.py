@@ -1,5 +1,9 @@
 """RocketMQ subscription expressions: `*` (everything) or `TagA || TagB`, matched by tag hash
-code as the consume queue stores it (so a hash collision passes; clients re-check tags)."""
+code as the consume queue stores it (so a hash collision passes; clients re-check tags).
+
+As RocketMQ's FilterAPI: only a whole expression of `*` means everything; inside a list `*`
+is a tag like any other, and empty tags between `||` are dropped. A blank expression (None,
+"", spaces) means everything too (RocketMQ's: None or ""; spaces would match nothing there)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -10,13 +14,10 @@ from core.hashing import java_hash
 @lru_cache(maxsize=1024)
 def subscription_codes(expression: str | None) -> frozenset | None:
     """The tag hash codes an expression accepts, or None for "everything"."""
-    if expression is None:
+    if expression is None or expression.strip() in ("", "*"):
         return None
     tags = [t.strip() for t in expression.split("||")]
-    tags = [t for t in tags if t]
-    if not tags or "*" in tags:
-        return None
-    return frozenset(java_hash(t) for t in tags)
+    return frozenset(java_hash(t) for t in tags if t)
 
 
 def tags_match(expression: str | None, tags: str | None) -> bool:

@@ -133,7 +133,9 @@ def test_java_hash_matches_formula(s):
 def test_subscription_codes():
     assert subscription_codes(None) is None
     assert subscription_codes("*") is None
-    assert subscription_codes("TagA || *") is None
+    # RocketMQ's FilterAPI: only a whole "*" is everything; in a list it is a tag
+    assert subscription_codes("TagA || *") == frozenset({java_hash("TagA"), java_hash("*")})
+    assert subscription_codes("||") == frozenset()     # no tag: nothing matches
     assert subscription_codes("  ") is None
     assert subscription_codes("TagA || TagB") == frozenset({java_hash("TagA"), java_hash("TagB")})
     assert subscription_codes(" TagA ||TagB|| ") == frozenset({java_hash("TagA"), java_hash("TagB")})
