@@ -4,7 +4,9 @@ A request is a multipart ZeroMQ message: frame 0 is a msgpack map `{"op": str, "
 any further frames are raw bytes (message bodies, records). A reply is frame 0
 `{"rid": int, "status": str, ...}` plus raw frames. An error reply has status "ERROR", an
 integer `code` from `ErrorCode` and a readable `reason`. Service handlers are registered by op
-name; anything malformed gets an error reply and the service keeps running.
+name with the number of body frames they take; anything malformed (no string `op`, no integer
+`rid`, body frames that do not match) gets an error reply, which echoes frame 0's `rid` when it
+is an integer (else 0), and the service keeps running.
 """
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ def unpack(data) -> object:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def decode_request(frames: list) -> tuple[dict, list]:
-    """(envelope, raw frames) of a request; ProtocolError when frame 0 is not a proper envelope."""
+def decode_frame0(frames: list) -> dict:
+    """Frame 0 of a request as a map; ProtocolError MALFORMED_FRAME when it is not one."""
     if not frames:
         raise ProtocolError(ErrorCode.MALFORMED_FRAME, "empty message")
     try:
@@ -56,17 +58,37 @@ def decode_request(frames: list) -> tuple[dict, list]:
         raise ProtocolError(ErrorCode.MALFORMED_FRAME, f"frame 0 is not msgpack: {e}") from None
     if not isinstance(env, dict):
         raise ProtocolError(ErrorCode.MALFORMED_FRAME, "frame 0 must be a msgpack map")
+    return env
+
+
+def readable_rid(env) -> int:
+    """The `rid` a reply to `env` carries: its `rid` when that is an integer (any integer, a
+    bool is not one), else 0."""
+    rid = env.get("rid") if isinstance(env, dict) else None
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+
+
+def check_envelope(env: dict) -> None:
+    """ProtocolError BAD_FIELD unless `env` has a string `op` and an integer `rid`."""
     if not isinstance(env.get("op"), str):
         raise ProtocolError(ErrorCode.BAD_FIELD, "field 'op' must be a string")
-    rid = env.get("rid", 0)
+    rid = env.get("rid")
+    if rid is None:
+        raise ProtocolError(ErrorCode.BAD_FIELD, "missing field 'rid'")
     if not isinstance(rid, int) or isinstance(rid, bool):
-        raise ProtocolError(ErrorCode.BAD_FIELD, "field 'rid' must be an integer")
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'rid' must be an integer, got {type(rid).__name__}")
+
+
+def decode_request(frames: list) -> tuple[dict, list]:
+    """(envelope, raw frames) of a request; ProtocolError when frame 0 is not a proper envelope."""
+    env = decode_frame0(frames)
+    check_envelope(env)
     return env, frames[1:]
 
 
 def error_reply(rid, code: ErrorCode, reason: str) -> list:
-    return [pack({"rid": rid if isinstance(rid, int) else 0, "status": ERROR, "code": int(code),
-                  "reason": reason})]
+    rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+    return [pack({"rid": rid, "status": ERROR, "code": int(code), "reason": reason})]
 
 
 def reply(rid: int, status: str, fields: dict | None = None, frames: list | None = None) -> list:
@@ -97,14 +119,19 @@ def field(env: dict, name: str, kind, default=..., minimum=None, maximum=None):
 class Handlers:
     """A registry of operations: `@handlers.op("put")` on a function(env, frames, peer) that
     returns the reply frames, or None when it will answer `peer` later (a held pull, a put
-    waiting for its flush)."""
+    waiting for its flush).
+
+    The envelope is checked here for every op: frame 0 a map with a string `op` and an
+    integer `rid`, and as many body frames as the op declares (`body_frames`, 0 unless
+    given; None: the handler checks them itself, as `put` and `put_batch` do). An error
+    reply carries frame 0's `rid` whenever that is an integer, else 0."""
 
     def __init__(self):
         self._ops = {}
 
-    def op(self, name: str):
+    def op(self, name: str, body_frames: int | None = 0):
         def register(fn):
-            self._ops[name] = fn
+            self._ops[name] = (fn, body_frames)
             return fn
         return register
 
@@ -115,11 +142,17 @@ class Handlers:
         """Decode, dispatch and return reply frames or None (deferred); never raises."""
         rid = 0
         try:
-            env, raw = decode_request(frames)
-            rid = env.get("rid", 0)
-            fn = self._ops.get(env["op"])
-            if fn is None:
+            env = decode_frame0(frames)
+            rid = readable_rid(env)
+            check_envelope(env)
+            entry = self._ops.get(env["op"])
+            if entry is None:
                 raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op '{env['op']}'")
+            fn, body_frames = entry
+            raw = frames[1:]
+            if body_frames is not None and len(raw) != body_frames:
+                raise ProtocolError(ErrorCode.TOO_MANY_FRAMES,
+                                    f"op '{env['op']}' takes {body_frames} body frames, got {len(raw)}")
             return fn(env, raw, peer)
         except ProtocolError as e:
             return error_reply(rid, e.code, e.reason)
