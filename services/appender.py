@@ -40,6 +40,7 @@ from core.batch_encode import prepare_batch_records
 from core.codec import prepare_record
 from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
+from core.message import has_delay_level
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
 from core.topics import TopicTable, queue_count_problem, topic_name_problem
@@ -89,8 +90,8 @@ class Appender(ServiceLoop):
         self.outbox = ReplyOutbox()
         self.stats = PutStats()
         self.handlers = Handlers()
-        self.handlers.op("put")(self._put)
-        self.handlers.op("put_batch")(self._put_batch)
+        self.handlers.op("put", body_frames=None)(self._put)              # parse_put checks them
+        self.handlers.op("put_batch", body_frames=None)(self._put_batch)  # parse_put_batch too
         self.handlers.op("create_topic")(self._create_topic)
         self.handlers.op("topic_info")(self._topic_info)
         self.group: list = []              # (identity, fields, end, wait, received) appended this round
@@ -368,14 +369,23 @@ class Appender(ServiceLoop):
             rec = prepare_record(m, max_size, host)
             if rec.__class__ is PutMessageStatus:
                 return rec
+            if has_delay_level(m.properties):                  # RocketMQ: no delay in a batch
+                return PutMessageStatus.MESSAGE_ILLEGAL
             recs.append(rec)
         return recs
 
-    def _create_topic(self, env, frames, received):
+    @staticmethod
+    def _topic_name(env: dict) -> str:
+        """The request's `topic`: BAD_FIELD when missing or not a string, BAD_TOPIC when not
+        a legal name (core.topics.topic_name_problem)."""
         topic = field(env, "topic", str)
         problem = topic_name_problem(topic)
         if problem:
             raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
+        return topic
+
+    def _create_topic(self, env, frames, received):
+        topic = self._topic_name(env)
         queues = field(env, "queues", int)
         problem = queue_count_problem(queues)
         if problem:
@@ -385,7 +395,7 @@ class Appender(ServiceLoop):
         return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
 
     def _topic_info(self, env, frames, received):
-        topic = field(env, "topic", str)
+        topic = self._topic_name(env)
         queues = self.topics.get(topic)
         if queues is None:
             return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")

@@ -109,6 +109,10 @@ def test_refused_messages_are_statuses(store, producer):
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.error_code is ErrorCode.BODY_TOO_LARGE
     r = producer.send_batch("big", [b"x" * 60_000] * 3, queue_id=0)
     assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and not r.msg_ids
+    for delayed in ([Message("big", b"a", properties={"DELAY": "2"}), b"b"],     # RocketMQ: no delay
+                    [Message("big", b"%d" % i, properties={"DELAY": "2"}) for i in range(3)]):   # in a batch
+        r = producer.send_batch("big", delayed, queue_id=0)
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and not r.msg_ids
     with pytest.raises(TypeError):
         producer.send("big", 12345)
     assert producer.send("big", b"fine").ok                     # nothing above broke the producer
