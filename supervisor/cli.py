@@ -70,16 +70,17 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
 def store_config(args, must_exist: bool = True) -> StoreConfig:
     """The StoreConfig of `--config`, the environment and `--store`; with `must_exist`, a
     UsageError when the store directory is missing."""
-    root = args.store if args.store is not None or _root_configured(args.config) else DEFAULT_STORE
+    root = args.store if args.store is not None or configured(args.config, "store_path_root_dir") \
+        else DEFAULT_STORE
     cfg = StoreConfig.from_sources(args.config, store_path_root_dir=root)
     if must_exist and not os.path.isdir(cfg.store_path_root_dir):
         raise UsageError(f"no store directory at {cfg.store_path_root_dir}")
     return cfg
 
 
-def _root_configured(toml_path) -> bool:
-    """Whether the environment or the TOML file sets store_path_root_dir."""
-    if ENV_PREFIX + "STORE_PATH_ROOT_DIR" in os.environ:
+def configured(toml_path, key: str) -> bool:
+    """Whether the environment (MQSTORE_<KEY>) or the TOML file sets `key`."""
+    if ENV_PREFIX + key.upper() in os.environ:
         return True
     try:
         with open(toml_path, "rb") as f:
@@ -87,7 +88,7 @@ def _root_configured(toml_path) -> bool:
     except (TypeError, OSError, tomllib.TOMLDecodeError):
         return False                      # no file; or from_sources reports what is wrong
     section = data.get("store")
-    return "store_path_root_dir" in data or (isinstance(section, dict) and "store_path_root_dir" in section)
+    return key in data or (isinstance(section, dict) and key in section)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,9 @@ The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` a
 `--port` (default the `listen_port` key, 10911), the appender on port+2 and the reader on
 port+3; `--port 0` picks free ports. Once every service runs, the supervisor prints
 `mqstore ready at tcp://HOST:PORT` on stdout (and writes it to `<store>/run/address`).
+Records are stamped with the store host the store listens at (`--host` when it is an IP
+address other than 0.0.0.0 or ::, else 127.0.0.1, and PORT), which every offset message id
+encodes, unless the configuration sets `store_host`.
 
 Recovery shows a progress bar on a terminal (percent of the bytes to scan) and log lines
 otherwise. The supervisor's log goes to stderr and to `<store>/logs/supervisor.log`; each
@@ -29,7 +32,7 @@ import os
 import sys
 
 from core.config import StoreConfig
-from supervisor.cli import EXIT_USAGE, add_store_options, store_config
+from supervisor.cli import EXIT_USAGE, add_store_options, configured, store_config
 from supervisor.daemon import Supervisor
 from supervisor.metrics import Metrics
 from supervisor.progress import ProgressBar
@@ -85,7 +88,8 @@ def run(args) -> int:
     setup_logging(config)
     metrics = Metrics(args.metrics_port, args.host) if args.metrics_port is not None else None
     sup = Supervisor(config, host=args.host, port=config.listen_port, metrics=metrics,
-                     progress=ProgressBar("recovering", stream=sys.stderr), out=sys.stdout)
+                     progress=ProgressBar("recovering", stream=sys.stderr), out=sys.stdout,
+                     store_host_configured=configured(args.config, "store_host"))
     sup.install_signal_handlers()
     logging.getLogger("mqstore").info("starting the store at %s", config.store_path_root_dir)
     return sup.run()

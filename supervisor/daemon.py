@@ -4,11 +4,13 @@ Start: take the store lock for the supervisor's lifetime (and write run/supervis
 that the ports are free, kill service processes a dead supervisor left behind, recover with
 `core.MessageStore.load()` (normal, or abnormal when `abort` exists; progress goes to the
 `progress` callable), prepare `run/` and the control block from the recovered store
-(`supervisor.runtime.prepare_run`), shut that MessageStore down, bind the front door (ROUTER,
-tcp) and the events socket (PULL, ipc), create the abort file, start the services (spawned
-together, waited for in order until each is RUNNING), then write `run/address` and print
-`mqstore ready at tcp://HOST:PORT`. A service that does not start stops the start: the
-others are stopped and the reason (with the tail of its output) is reported.
+(`supervisor.runtime.prepare_run`; unless `store_host_configured`, the run's config, which
+becomes `Supervisor.config`, stamps records with the store's own address and port), shut
+that MessageStore down, bind the front door (ROUTER, tcp) and the events socket (PULL, ipc),
+create the abort file, start the services (spawned together, waited for in order until each
+is RUNNING), then write `run/address` and print `mqstore ready at tcp://HOST:PORT`. A service
+that does not start stops the start: the others are stopped and the reason (with the tail of
+its output) is reported.
 
 Run: a loop that answers the front door, passes lifecycle events to the subscribers (the
 restart policy, the metrics), reaps dead services and restarts them when the policy says so,
@@ -67,9 +69,11 @@ class Interrupted(Exception):
 
 class Supervisor:
     def __init__(self, config, host: str = "127.0.0.1", port: int = 10911, metrics=None,
-                 progress=None, out=None, policy: RestartPolicy | None = None):
+                 progress=None, out=None, policy: RestartPolicy | None = None,
+                 store_host_configured: bool = False):
         self.config = config
         self.host, self.port = host, port
+        self.store_host_configured = store_host_configured
         self.metrics = metrics                   # supervisor.metrics.Metrics or None
         self.progress = progress                 # callable(done, total) [and finish()]: recovery
         self.out = out or sys.stdout
@@ -153,7 +157,9 @@ class Supervisor:
             self._interruptible = False
         try:
             self.recovery_mode = "abnormal" if store.recovery_report.abnormal else "normal"
-            self.run_ctx = prepare_run(self.config, store, self.host, self.port)
+            self.run_ctx = prepare_run(self.config, store, self.host, self.port,
+                                       own_store_host=not self.store_host_configured)
+            self.config = self.run_ctx.config
             log.info("%s recovery done: the log spans [%d, %d)", self.recovery_mode,
                      max(store.get_min_phy_offset(), 0), store.get_max_phy_offset())
         finally:

@@ -2,10 +2,17 @@
 directory (config.json, endpoints.json, control), the control block seeded from the recovered
 store (and seeded again after a recovery while running), the transient pool buffers, the
 ports, starting and stopping one service process, and the checkpoint written at a stop.
+
+The store host stamped on every record (and encoded in every offset message id) is, as in
+RocketMQ, the store's own address and listening port (the broker's listenPort, 10911): unless
+the configuration sets `store_host`, `prepare_run` derives it from the front door's endpoint,
+the address clients are given (the port planned here, which with port 0 is the free port
+picked for it), before any service starts.
 """
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import json
 import logging
 import os
@@ -127,8 +134,26 @@ def plan_endpoints(host: str, port: int) -> dict:
     return {name: f"tcp://{h}:{p}" for name, p in zip(("front", "appender", "reader"), ports)}
 
 
-def prepare_run(config, store, host: str = "127.0.0.1", port: int = 0) -> RunContext:
-    """Write run/ and create the control block from a loaded (recovered) `core.MessageStore`."""
+def listening_store_host(config, endpoints: dict, host: str) -> str:
+    """`store_host` for a store whose front door listens at `endpoints["front"]`: that port,
+    with `host` when it is an IP address other than a wildcard (0.0.0.0, ::), else the address
+    of the configured `store_host` (a wildcard or a name is no address to stamp)."""
+    port = int(endpoints["front"].rpartition(":")[2])
+    address = config.store_host_tuple[0]
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+        if not ip.is_unspecified:
+            address = str(ip)
+    except ValueError:
+        pass
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def prepare_run(config, store, host: str = "127.0.0.1", port: int = 0,
+                own_store_host: bool = False) -> RunContext:
+    """Write run/ and create the control block from a loaded (recovered) `core.MessageStore`.
+    With `own_store_host`, the run's config (run/config.json, RunContext.config) has the
+    `store_host` of `listening_store_host`."""
     run = config.run_dir
     os.makedirs(run, exist_ok=True)
     os.makedirs(config.logs_dir, exist_ok=True)
@@ -136,6 +161,8 @@ def prepare_run(config, store, host: str = "127.0.0.1", port: int = 0) -> RunCon
         if name.endswith(".sock") or name in ("address", "control", "endpoints.json"):
             os.unlink(os.path.join(run, name))
     endpoints = plan_endpoints(host, port)
+    if own_store_host:
+        config = config.replace(store_host=listening_store_host(config, endpoints, host))
     _write_json(os.path.join(run, "config.json"), config.to_dict())
     _write_json(os.path.join(run, "endpoints.json"), endpoints)
     cb = ControlBlock(f"mqstore-{os.getpid()}-{secrets.token_hex(4)}", create=True)
