@@ -15,7 +15,8 @@ keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON 
 line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
 timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
 standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
-an error stopped the read, 2 for a bad option value.
+an error stopped the read, 2 for a bad option value (`--queues` naming a queue the topic does
+not have among them; a topic that does not exist yet is not checked).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from ipc.connection import MQError
 from ipc.consumer import Consumer
 from ipc.received import message_to_dict
 from supervisor.cli import UsageError
-from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+from supervisor.cmd_status import (
+    NotRunning, add_store_arguments, check_queue_ids, check_queue_range, locate,
+)
 
 POLL_MS = 500
 
@@ -69,9 +72,12 @@ def _json(m) -> str:
 
 def _queues(text: str | None) -> list | None:
     try:
-        return [int(q) for q in text.split(",") if q.strip()] if text else None
+        queues = [int(q) for q in text.split(",") if q.strip()] if text else None
     except ValueError:
         raise UsageError(f"--queues {text!r}: expected queue ids separated by commas") from None
+    if queues is not None:
+        check_queue_range("--queues", queues)
+    return queues
 
 
 def run(args) -> int:
@@ -80,7 +86,9 @@ def run(args) -> int:
         raise UsageError("--max must be >= 0")
     try:
         address = locate(args)[0]
-    except NotRunning as e:
+        if queues:
+            check_queue_ids(address, args.topic, "--queues", queues, args.timeout)
+    except (NotRunning, ConnectionError, TimeoutError, MQError) as e:
         print(f"mqstore consume: {e}", file=sys.stderr)
         return 1
     fmt = _json if args.json else _text

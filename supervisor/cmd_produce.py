@@ -12,7 +12,8 @@ Tags, keys and properties apply to every message; each message also gets its own
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
 message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
-2 for options that do not go together or are out of range.
+2 for options that do not go together or are out of range (a `--queue` that is not a queue of
+an existing topic among them; a new topic gets the store's `default_topic_queue_nums`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from core.message import Message
 from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError
-from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+from supervisor.cmd_status import (
+    NotRunning, add_store_arguments, check_queue_ids, check_queue_range, locate,
+)
 
 
 def add_parser(subparsers):
@@ -76,6 +79,8 @@ def _check_options(args) -> None:
                          "standard input is one message")
     if (args.count is not None and args.count < 0) or args.batch < 1 or args.in_flight < 1:
         raise UsageError("--count must be >= 0, --batch and --in-flight >= 1")
+    if args.queue is not None:
+        check_queue_range("--queue", [args.queue])
 
 
 def _bodies(args):
@@ -102,8 +107,10 @@ def run(args) -> int:
     props = _properties(args.property)
     try:
         address = locate(args)[0]
+        if args.queue is not None:
+            check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout)
         bodies = _bodies(args)
-    except (ValueError, OSError, NotRunning) as e:
+    except (ValueError, OSError, NotRunning, TimeoutError, MQError) as e:
         print(f"mqstore produce: {e}", file=sys.stderr)
         return 1
     plain = args.tags is None and args.keys is None and not props

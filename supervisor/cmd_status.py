@@ -7,7 +7,11 @@ reply's fields as one JSON object instead of the table.
 
 The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--store` (its
 `run/address`, written by the supervisor once it is ready). Exit status: 0 when the store
-answered, 1 when it is not running or does not answer.
+answered, 1 when it is not running or does not answer, 2 when there is no store directory.
+
+Also here, for every command that talks to a running store: `--store`/`--address`, finding the
+front door (`locate`), one request to it (`call_front`), and the checks of queue ids against
+a topic's queues (`check_queue_ids`).
 """
 from __future__ import annotations
 
@@ -19,9 +23,12 @@ import psutil
 import zmq
 
 from core.config import ENV_PREFIX
+from core.topics import MAX_QUEUES
+from ipc.admin import Admin
 from ipc.connection import DEFAULT_STORE
 from ipc.protocol import pack, unpack
 from ipc.sockets import make_socket
+from supervisor.cli import UsageError
 
 TIMEOUT_S = 5.0
 
@@ -41,6 +48,33 @@ def store_root(args) -> str:
     """The store directory of `--store`, else MQSTORE_STORE_PATH_ROOT_DIR, else ./store-data."""
     return os.path.abspath(os.path.expanduser(
         args.store or os.environ.get(ENV_PREFIX + "STORE_PATH_ROOT_DIR") or DEFAULT_STORE))
+
+
+def require_store_dir(args) -> None:
+    """UsageError when the store is named by directory (not `--address`) and there is none."""
+    if not args.address and not os.path.isdir(store_root(args)):
+        raise UsageError(f"no store directory at {store_root(args)}")
+
+
+def check_queue_range(option: str, queue_ids) -> None:
+    """UsageError unless every id is a queue id some topic can have (0..MAX_QUEUES-1)."""
+    bad = [q for q in queue_ids if not 0 <= q < MAX_QUEUES]
+    if bad:
+        raise UsageError(f"{option} {','.join(map(str, bad))}: queue ids are 0..{MAX_QUEUES - 1}")
+
+
+def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float) -> None:
+    """UsageError when `topic` exists and one of `queue_ids` is not one of its queues. A topic
+    that does not exist yet is not checked (the store decides its queues when it creates it)."""
+    with Admin(address, timeout=timeout) as admin:
+        info = admin.topic_info(topic)
+    if info is None:
+        return
+    count = info["queues"]
+    bad = [q for q in queue_ids if q >= count]
+    if bad:
+        raise UsageError(f"{option} {','.join(map(str, bad))}: topic {topic} has {count} "
+                         f"queues: 0..{count - 1}")
 
 
 def locate(args) -> tuple[str, int | None, str | None]:
@@ -104,6 +138,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
+    require_store_dir(args)
     try:
         address, _pid, _root = locate(args)
         reply = call_front(address, "status", args.timeout)

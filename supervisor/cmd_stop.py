@@ -7,7 +7,7 @@ file when nothing is left behind. When the supervisor runs on another machine th
 nothing here, and the wait is for the front door to stop answering instead.
 
 Exit status: 0 once stopped (the message says whether the stop was clean), 1 when no store is
-running there or it did not stop within `--timeout` seconds.
+running there or it did not stop within `--timeout` seconds, 2 when there is no store directory.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import time
 import psutil
 
 from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, call_front, locate, pid_alive, read_pid, store_root,
+    NotRunning, add_store_arguments, call_front, locate, pid_alive, read_pid, require_store_dir,
+    store_root,
 )
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -91,6 +92,7 @@ def _stop_recovering(args, start: float) -> int | None:
 
 
 def run(args) -> int:
+    require_store_dir(args)
     start = time.monotonic()
     try:
         address, pid, root = locate(args)

@@ -7,7 +7,8 @@ prints one JSON object per topic instead. `--create NAME --queues N` creates a t
 queues (1..1024, default 4), or changes the queue count of an existing one. Topics are also
 created by the first put, with the store's `default_topic_queue_nums` queues.
 
-Exit status: 0 on success, 1 when the store is not running or refused the request.
+Exit status: 0 on success, 1 when the store is not running or refused the request, 2 for a
+`--queues` value outside 1..1024 (found before the store is looked for).
 """
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import argparse
 import json
 import sys
 
+from core.topics import MAX_QUEUES
 from ipc.admin import Admin
 from ipc.connection import MQError
+from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, locate
 
 
@@ -27,7 +30,7 @@ def add_parser(subparsers):
     p.add_argument("--create", metavar="NAME",
                    help="create topic NAME (characters a-z A-Z 0-9 _ - %% |, at most 127 bytes)")
     p.add_argument("--queues", type=int, default=4, metavar="N",
-                   help="queues of the topic to create (1..1024, default 4)")
+                   help=f"queues of the topic to create (1..{MAX_QUEUES}, default 4)")
     p.add_argument("--offsets", action="store_true", help="list every queue's min and max offset")
     p.add_argument("--json", action="store_true", help="one JSON object per topic")
     add_store_arguments(p)
@@ -62,6 +65,8 @@ def _print(rows: list, with_offsets: bool) -> None:
 
 
 def run(args) -> int:
+    if not 1 <= args.queues <= MAX_QUEUES:
+        raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
     try:
         with Admin(locate(args)[0]) as admin:
             if args.create:

@@ -1,5 +1,6 @@
-"""Options of `mqstore produce`, `consume` and `query` that cannot work together, or values
-out of range, are usage errors (exit 2, one line), found before the store is looked for."""
+"""Options of `mqstore produce`, `consume`, `query` and `topics` that cannot work together, or
+values out of range, are usage errors (exit 2, one line), found before the store is looked for;
+so is a missing store directory for `status` and `stop`, as for `check` and `recover`."""
 import pytest
 
 from supervisor.cli import main
@@ -13,6 +14,13 @@ from supervisor.cli import main
     (["consume", "--topic", "T", "--group", "g", "--max", "-1"], "--max must be >= 0"),
     (["consume", "--topic", "T", "--group", "g", "--queues", "0,x"], "expected queue ids"),
     (["query", "--key", "k"], "--key needs --topic"),
+    (["produce", "--topic", "T", "--body", "x", "--queue", "-1"], "--queue -1: queue ids are 0..1023"),
+    (["produce", "--topic", "T", "--body", "x", "--queue", "1024"], "queue ids are 0..1023"),
+    (["consume", "--topic", "T", "--group", "g", "--queues", "1,-2"], "--queues -2: queue ids are 0..1023"),
+    (["topics", "--create", "q", "--queues", "2000"], "--queues 2000: a topic has 1..1024 queues"),
+    (["topics", "--create", "q", "--queues", "0"], "a topic has 1..1024 queues"),
+    (["status"], "no store directory at"),
+    (["stop"], "no store directory at"),
 ])
 def test_bad_options_exit_2(tmp_path, capsys, args, says):
     assert main([*args, "--store", str(tmp_path / "none")]) == 2

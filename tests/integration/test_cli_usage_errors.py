@@ -1,0 +1,42 @@
+"""Usage errors that only a running store can reveal exit 2 with one line, as `mqstore --help`
+promises: a queue id that the topic does not have (`consume --queues`, `produce --queue`).
+A topic that does not exist yet is not checked: the store decides its queues."""
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.supervised import SupervisedStore, cli
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    s = SupervisedStore(tmp_path_factory.mktemp("usage"), "usage").start()
+    try:
+        made = cli("topics", "--create", "four", "--queues", "4", "--address", s.address)
+        assert made.returncode == 0, made.stderr
+        yield s
+    finally:
+        s.ensure_stopped()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["consume", "--topic", "four", "--group", "g", "--queues", "1,9"],
+     "--queues 9: topic four has 4 queues: 0..3"),
+    (["consume", "--topic", "four", "--group", "g", "--queues", "4", "--follow"],
+     "--queues 4: topic four has 4 queues: 0..3"),
+    (["produce", "--topic", "four", "--body", "x", "--queue", "9"],
+     "--queue 9: topic four has 4 queues: 0..3"),
+])
+def test_queue_the_topic_does_not_have_exits_2(running, args, says):
+    out = cli(*args, "--address", running.address, timeout=30)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert says in out.stderr and out.stderr.count("\n") == 1 and out.stdout == ""
+
+
+def test_queues_the_topic_has_still_work(running):
+    put = cli("produce", "--topic", "four", "--body", "x", "--queue", "3", "--address", running.address)
+    assert put.returncode == 0, put.stderr
+    got = cli("consume", "--topic", "four", "--group", "g", "--queues", "3", "--address", running.address)
+    assert got.returncode == 0 and got.stdout.startswith("3:0\t"), got.stdout + got.stderr
+    new = cli("consume", "--topic", "not-yet", "--group", "g", "--queues", "9", "--address", running.address)
+    assert new.returncode == 0 and new.stdout == "", new.stderr
