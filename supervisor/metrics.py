@@ -3,17 +3,20 @@
 `Metrics` is a subscriber of the supervisor's events and a prometheus-client collector served
 by prometheus-client's HTTP server on its own thread. It keeps:
 - from the appender's `stats` events (`{"event": "stats", "puts": {topic: n}, "bytes":
-  {topic: n}, "latency": {status: {bucket_ms: count}}}`, counts since its previous event):
-  puts and bytes per topic (counters) and the put latency histogram by status;
+  {topic: n}, "latency": {status: {bucket_ms: count}}, "latency_sum_ms": {status: ms}}`,
+  counts since its previous event): puts and bytes per topic (counters) and the put latency
+  histogram by status;
 - from any service's `stats` event, every other map named `<what>_latency` (the flusher's
   `flush_latency`, the committer's `commit_latency`, ...) as a histogram by service;
 - from the supervisor once a second (`update`): the control block's positions and lags and
   flags, each service's state, RSS, CPU and restarts (psutil), and every 10 s the disk use.
 
 A latency map's keys are bucket upper bounds in milliseconds (a key that is not a number,
-such as "inf", is the overflow bucket); its values are counts in that bucket alone. They are
-summed here into cumulative Prometheus buckets in seconds. The maps carry no sum of the
-latencies, so the histograms have no `_sum`.
+such as "inf", is the overflow bucket) and its values counts in that bucket alone; its key
+"sum_ms" (services/append_waiters.SUM_KEY), or for puts the status's entry in
+`latency_sum_ms`, is the sum of the latencies in ms. Every histogram series exposes every
+bound of services/append_waiters.BUCKETS_MS (and any other bound an event named), cumulative
+and in seconds, with `_count` (the +Inf bucket) and `_sum` in seconds.
 
 The HTTP thread only reads a snapshot taken under a lock; the supervisor's loop writes it.
 """
@@ -28,6 +31,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ipc.control_block import ServiceState
+from services.append_waiters import BUCKETS_MS, SUM_KEY
 from supervisor import status_report
 
 log = logging.getLogger("mqstore.supervisor.metrics")
@@ -42,24 +46,50 @@ def _bucket_ms(key) -> float:
     return value if value >= 0 else math.inf
 
 
-def _add_counts(into: dict, buckets) -> None:
-    if not isinstance(buckets, dict):
-        return
-    for key, count in buckets.items():
-        if isinstance(count, (int, float)) and not isinstance(count, bool) and count > 0:
-            le = _bucket_ms(key)
-            into[le] = into.get(le, 0) + count
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _cumulative(counts: dict) -> list:
-    """[(le seconds as text, cumulative count)], ending with +Inf, from per-bucket counts."""
-    out, total = [], 0
-    for le in sorted(counts):
-        total += counts[le]
-        if le != math.inf:
+class Series:
+    """One histogram series: counts per bucket upper bound in ms (not cumulative) and the sum
+    of the observations in ms, added up over the events."""
+
+    def __init__(self):
+        self.counts: dict[float, float] = {}
+        self.sum_ms = 0.0
+
+    def add(self, buckets, sum_ms=None) -> None:
+        """Add a latency map's counts, and its sum (`sum_ms`, else the map's SUM_KEY)."""
+        if not isinstance(buckets, dict):
+            return
+        for key, count in buckets.items():
+            if key == SUM_KEY:
+                continue
+            if _number(count) and count > 0:
+                le = _bucket_ms(key)
+                self.counts[le] = self.counts.get(le, 0) + count
+        total = buckets.get(SUM_KEY) if sum_ms is None else sum_ms
+        if _number(total) and total > 0:
+            self.sum_ms += total
+
+    def copy(self) -> "Series":
+        other = Series()
+        other.counts, other.sum_ms = dict(self.counts), self.sum_ms
+        return other
+
+    def buckets(self) -> list:
+        """[(le in seconds as text, cumulative count)] over every bound of BUCKETS_MS and any
+        other this series saw, ending with +Inf (the count)."""
+        bounds = sorted(set(BUCKETS_MS[:-1]) | {le for le in self.counts if le != math.inf})
+        out, total = [], 0
+        for le in bounds:
+            total += self.counts.get(le, 0)
             out.append((repr(le / 1000.0), total))
-    out.append(("+Inf", total))
-    return out
+        out.append(("+Inf", total + self.counts.get(math.inf, 0)))
+        return out
+
+    def add_to(self, family: HistogramMetricFamily, labels: list) -> None:
+        family.add_metric(labels, self.buckets(), self.sum_ms / 1000.0)
 
 
 class Metrics:
@@ -70,8 +100,8 @@ class Metrics:
         self._lock = threading.Lock()
         self._puts: dict[str, float] = {}
         self._bytes: dict[str, float] = {}
-        self._put_latency: dict[str, dict] = {}
-        self._latency: dict[tuple[str, str], dict] = {}
+        self._put_latency: dict[str, Series] = {}
+        self._latency: dict[tuple[str, str], Series] = {}
         self._snapshot: dict = {}
         self._disk: dict = {}
         self._disk_at = 0.0
@@ -104,12 +134,15 @@ class Metrics:
                         if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
                             into[str(topic)] = into.get(str(topic), 0) + n
             by_status = event.get("latency")
+            sums = event.get("latency_sum_ms")
+            sums = sums if isinstance(sums, dict) else {}
             if isinstance(by_status, dict):
                 for status, buckets in by_status.items():
-                    _add_counts(self._put_latency.setdefault(str(status), {}), buckets)
+                    series = self._put_latency.setdefault(str(status), Series())
+                    series.add(buckets, sums.get(status))
             for key, buckets in event.items():
                 if key.endswith("_latency") and isinstance(buckets, dict):
-                    _add_counts(self._latency.setdefault((key[:-len("_latency")], service), {}), buckets)
+                    self._latency.setdefault((key[:-len("_latency")], service), Series()).add(buckets)
 
     def update(self, sup) -> None:
         """Take the supervisor's view: positions, flags, services; the disk every 10 s."""
@@ -132,8 +165,8 @@ class Metrics:
     def collect(self):
         with self._lock:
             puts, nbytes = dict(self._puts), dict(self._bytes)
-            put_latency = {k: dict(v) for k, v in self._put_latency.items()}
-            latency = {k: dict(v) for k, v in self._latency.items()}
+            put_latency = {k: v.copy() for k, v in self._put_latency.items()}
+            latency = {k: v.copy() for k, v in self._latency.items()}
             snap, disk = dict(self._snapshot), dict(self._disk)
         c = CounterMetricFamily("mqstore_puts", "Messages stored, by topic", labels=["topic"])
         for topic, n in sorted(puts.items()):
@@ -145,14 +178,14 @@ class Metrics:
         yield c
         h = HistogramMetricFamily("mqstore_put_latency_seconds", "Put latency, by put status",
                                   labels=["status"])
-        for status, counts in sorted(put_latency.items()):
-            h.add_metric([status], _cumulative(counts), None)
+        for status, series in sorted(put_latency.items()):
+            series.add_to(h, [status])
         yield h
         h = HistogramMetricFamily("mqstore_service_latency_seconds",
                                   "Latency of service operations (flush, commit, ...)",
                                   labels=["operation", "service"])
-        for (op, service), counts in sorted(latency.items()):
-            h.add_metric([op, service], _cumulative(counts), None)
+        for (op, service), series in sorted(latency.items()):
+            series.add_to(h, [op, service])
         yield h
         yield from self._collect_snapshot(snap, disk)
 

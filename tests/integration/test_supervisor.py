@@ -11,8 +11,10 @@ import socket
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.store_files import StoreLock
+from services.append_waiters import BUCKETS_MS
 from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore, cli, pid_gone
 
@@ -165,6 +167,39 @@ def test_port_in_use_is_reported(tmp_path):
     assert not os.path.exists(tmp_path / "s" / "abort")
 
 
+def histograms(text: str, name: str) -> dict:
+    """{label values without le: {"buckets": [(le, count)], "count": n, "sum": s}} of the
+    histogram `name` in a Prometheus text exposition."""
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            series = out.setdefault(key, {"buckets": []})
+            if sample.name.endswith("_bucket"):
+                series["buckets"].append((float(sample.labels["le"]), sample.value))
+            else:
+                series[sample.name.rpartition("_")[2]] = sample.value
+    return out
+
+
+def check_histogram(series: dict, bounds: list) -> None:
+    """Every bound, cumulative, +Inf = _count, and a _sum that the buckets allow."""
+    les = [le for le, _ in series["buckets"]]
+    counts = [n for _, n in series["buckets"]]
+    assert les == sorted(les) and les[-1] == float("inf") and les == bounds, les
+    assert counts == sorted(counts), f"not cumulative: {series['buckets']}"
+    assert "count" in series and "sum" in series, series
+    assert series["count"] == counts[-1] > 0
+    lower = upper = 0.0
+    for (le, n), (prev_le, prev_n) in zip(series["buckets"], [(0.0, 0.0)] + series["buckets"]):
+        if n > prev_n:                   # observations in (prev_le, le]
+            lower += (n - prev_n) * prev_le
+            upper += (n - prev_n) * le
+    assert lower - 1e-9 <= series["sum"] <= upper + 1e-9, (series, lower, upper)
+
+
 def test_metrics_endpoint(store):
     port = free_port()
     s = store().start("--metrics-port", str(port))
@@ -174,7 +209,18 @@ def test_metrics_endpoint(store):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             return r.read().decode()
     assert wait_for(lambda: 'mqstore_puts_total{topic="Metered"} 12.0' in scrape(), 10)
+    assert wait_for(lambda: histograms(scrape(), "mqstore_put_latency_seconds")
+                    .get((("status", "PUT_OK"),), {}).get("count") == 12, 10)
+    assert wait_for(lambda: ((("operation", "flush"), ("service", "flusher"))
+                             in histograms(scrape(), "mqstore_service_latency_seconds")), 10)
     text = scrape()
+    bounds = [b / 1000 for b in BUCKETS_MS]
+    puts = histograms(text, "mqstore_put_latency_seconds")
+    for series in puts.values():
+        check_histogram(series, bounds)
+    assert puts[(("status", "PUT_OK"),)]["count"] == 12 and puts[(("status", "PUT_OK"),)]["sum"] > 0
+    for series in histograms(text, "mqstore_service_latency_seconds").values():
+        check_histogram(series, bounds)
     assert 'mqstore_put_latency_seconds_bucket{le="+Inf",status="PUT_OK"} 12.0' in text
     assert 'mqstore_service_rss_bytes{service="appender"}' in text
     assert 'mqstore_service_restarts_total{service="reput"} 0.0' in text
