@@ -39,11 +39,10 @@ import re
 import tomllib
 from dataclasses import dataclass
 
-from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
-
 log = logging.getLogger(__name__)
 
 JAVA_INT_MAX = 2**31 - 1
+MIN_SEGMENT_SIZE = 91 + 8       # core.codec's MIN_RECORD_SIZE + BLANK_SIZE (not imported: numpy)
 CQ_STORE_UNIT_SIZE = 20
 INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE = 40, 4, 20
 ENV_PREFIX = "MQSTORE_"
@@ -78,7 +77,7 @@ _ZERO_ALLOWED = (
     "delete_commit_log_files_interval", "delete_consume_queue_files_interval",
     "destroy_mapped_file_interval_forcibly")
 _INT_BOUNDS = {  # key: (lowest, highest or None)
-    "mapped_file_size_commitlog": (MIN_RECORD_SIZE + BLANK_SIZE, JAVA_INT_MAX),
+    "mapped_file_size_commitlog": (MIN_SEGMENT_SIZE, JAVA_INT_MAX),
     "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, JAVA_INT_MAX),
     "max_message_size": (1, JAVA_INT_MAX),
     "max_hash_slot_num": (1, JAVA_INT_MAX),

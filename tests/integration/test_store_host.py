@@ -94,6 +94,7 @@ def test_msg_id_and_store_host_carry_the_port_the_store_listens_at(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow                              # three store starts; CI runs it with the slow cases
 def test_port_0_stamps_the_port_picked_and_a_configured_store_host_wins(store):
     s = store("picked").start()                # --port 0: free ports picked at start
     (ip, id_port, _), host, _ = sent_and_stored(s, "Picked")

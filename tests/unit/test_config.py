@@ -151,6 +151,12 @@ def test_values_rocketmq_corrects_are_corrected_with_a_warning(key, value, used,
     assert key in caplog.text and str(used) in caplog.text
 
 
+def test_the_smallest_segment_holds_the_smallest_record_and_a_blank():
+    from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
+    from core.config import MIN_SEGMENT_SIZE
+    assert MIN_SEGMENT_SIZE == MIN_RECORD_SIZE + BLANK_SIZE
+
+
 def test_unknown_key_to_the_constructor_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="unknown configuration key 'flush_disk_typ'.*'flush_disk_type'") as info:
         StoreConfig(flush_disk_typ="SYNC_FLUSH")
