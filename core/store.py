@@ -18,7 +18,7 @@ from operator import attrgetter, itemgetter
 from core.checkpoint import StoreCheckpoint
 from core.batch_encode import PreparedBatch, prepare_batch_records
 from core.commitlog import CommitLog, append_status_to_put
-from core.config import StoreConfig, check_store_format
+from core.config import ConfigError, StoreConfig, check_store_format
 from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
@@ -33,6 +33,15 @@ from core.store_files import AbortFile, StoreLock
 from core.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
+
+# Configuration keys an open store takes at once (`MessageStore.config = ...`): each is read
+# where it is used, on every put, pull or clean-up, as RocketMQ reads its MessageStoreConfig.
+RUNTIME_KEYS = (
+    "max_message_size", "os_page_cache_busy_timeout_ms", "sync_flush_timeout",
+    "max_filter_message_size", "max_msgs_num_batch", "max_transfer_count_on_message_in_memory",
+    "max_transfer_bytes_on_message_in_memory", "max_transfer_count_on_message_in_disk",
+    "max_transfer_bytes_on_message_in_disk", "file_reserved_time", "delete_file_batch_max",
+)
 S = PutMessageStatus
 _PUT_OK = S.PUT_OK
 _APPENDED = AppendMessageStatus.PUT_OK
@@ -96,7 +105,7 @@ class MessageStore:
     def __init__(self, config: StoreConfig, fileops: FileOps | None = None, progress=None,
                  lock: StoreLock | None = None):
         """`lock`: a StoreLock the caller already holds (the supervisor); it is left held."""
-        self.config = config
+        self._config = config
         self.fileops = fileops or REAL_FILE_OPS
         self.progress = progress                 # callable(scanned, total) during recovery
         self.flags = RunningFlags()
@@ -126,6 +135,26 @@ class MessageStore:
         self.loaded = False
         self.running = False
         self.shut_down = False
+
+    # -- configuration -------------------------------------------------------------------
+    @property
+    def config(self) -> StoreConfig:
+        return self._config
+
+    @config.setter
+    def config(self, new: StoreConfig) -> None:
+        """Change the configuration of an open store: `store.config = store.config.replace(...)`.
+        The keys RocketMQ reads on every put, pull or clean-up (`RUNTIME_KEYS`: the message size
+        limit, the page-cache busy timeout, the sync flush timeout, the pull limits, retention)
+        take effect at once; a change to any other key raises ConfigError, since the store's
+        files, threads and modes were set up with it."""
+        fixed = [f.name for f in dataclasses.fields(StoreConfig)
+                 if f.name not in RUNTIME_KEYS and getattr(new, f.name) != getattr(self._config, f.name)]
+        if fixed:
+            raise ConfigError(f"{', '.join(fixed)} cannot change while the store is open (only "
+                              f"{', '.join(RUNTIME_KEYS)} can); close it and open it again", fixed[0])
+        self._config = self.commitlog.config = self.reader.config = new
+        self.commitlog.max_message_size = new.max_message_size
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -166,6 +195,9 @@ class MessageStore:
     def start(self) -> None:
         if not self.loaded:
             raise RuntimeError("MessageStore.start() before load()")
+        if self.running or self.shut_down:
+            raise RuntimeError("MessageStore.start(): the store was started already"
+                               + (" and shut down; open a new MessageStore" if self.shut_down else ""))
         self.abort_file.create()
         self.flush_service = FlushService(self)
         self.reput_service = ReputService(self, self.commitlog.get_max_offset())

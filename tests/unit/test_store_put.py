@@ -12,6 +12,7 @@ import pytest
 
 from core import embedded_services
 from core.codec import MAGIC_BLANK
+from core.config import ConfigError
 from core.decode import decode_message
 from core.message import Message
 from core.status import GetMessageStatus, PutMessageStatus
@@ -285,6 +286,29 @@ def test_batch_body_over_max_message_size(tiny_config, open_store):
     st = open_store(tiny_config(max_message_size=1000))
     assert st.put_messages([Message("B", b"x" * 400) for _ in range(3)]).status is S.MESSAGE_ILLEGAL
     assert st.put_messages([Message("B", b"x" * 400) for _ in range(2)]).ok
+
+
+def test_dynamic_max_message_size(tiny_config, open_store):
+    """RocketMQ's testDynamicMaxMessageSize: the limit is read on every put, single or batch."""
+    st = open_store(tiny_config(max_message_size=1000))
+    body = b"x" * 1010
+    assert st.put_message(Message("D", body)).status is S.MESSAGE_ILLEGAL
+    assert st.put_messages([Message("D", body)]).status is S.MESSAGE_ILLEGAL
+    st.config = st.config.replace(max_message_size=1010)
+    assert st.put_message(Message("D", body)).ok
+    assert st.put_messages([Message("D", body)]).ok
+    st.config = st.config.replace(max_message_size=10)
+    assert st.put_message(Message("D", body)).status is S.MESSAGE_ILLEGAL
+    assert st.put_messages([Message("D", body)]).status is S.MESSAGE_ILLEGAL
+
+
+def test_keys_fixed_at_open_cannot_change_while_open(tiny_config, open_store):
+    st = open_store(tiny_config())
+    with pytest.raises(ConfigError, match="flush_disk_type cannot change while the store is open"):
+        st.config = st.config.replace(flush_disk_type="SYNC_FLUSH")
+    assert st.config.flush_disk_type == "ASYNC_FLUSH"
+    with pytest.raises(RuntimeError, match="started already"):
+        st.start()
 
 
 def test_transient_store_pool(tiny_config, open_store, wait_until):
