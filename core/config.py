@@ -87,6 +87,12 @@ _INT_BOUNDS = {  # key: (lowest, highest or None)
     "ha_listen_port": (0, 65535),                # 0: any free port
     "listen_port": (0, 65535),
 }
+# RocketMQ switches whose True asks for what mqstore does not have: the reason why.
+_UNSUPPORTED = {
+    "read_uncommitted": "dispatch and pulls never pass the confirmed offset",
+    "duplication_enable": "no DLedger/controller duplication",
+    "enable_consume_queue_ext": "no consume-queue extension files",
+}
 _CLAMPED = {  # key: the range RocketMQ's getter clamps the value to (reference 11.2)
     "disk_max_used_space_ratio": (10, 95),
     "disk_space_warning_level_ratio": (35, 90),
@@ -142,6 +148,18 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     max_filter_message_size: int = 16000
     offset_check_in_slave: bool = False
+    # RocketMQ keys accepted so that configurations setting them load (reference section 12).
+    # The first five change nothing here: one consume-queue file is read per pull, one lock
+    # guards appends, the flusher and committer keep their own pace, queues are written through
+    # their mapping. Of the last three only the default is supported (`_UNSUPPORTED`).
+    travel_cq_file_num_when_get_message: int = 1
+    use_reentrant_lock_when_put_message: bool = True
+    wake_flush_when_put_message: bool = False
+    wake_commit_when_put_message: bool = True
+    put_consume_queue_data_by_file_channel: bool = True
+    read_uncommitted: bool = False
+    duplication_enable: bool = False
+    enable_consume_queue_ext: bool = False
     ha_listen_port: int = 10912
     ha_master_address: str = ""
     ha_send_heartbeat_interval: int = 5000
@@ -210,6 +228,9 @@ class StoreConfig:
             if value < lo or (hi is not None and value > hi):
                 allowed = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
                 raise ConfigError(f"{key} = {value!r}: must be an int {allowed}", key)
+        for key, why in _UNSUPPORTED.items():
+            if getattr(self, key):
+                raise ConfigError(f"{key} = True: not supported by mqstore ({why}); leave it false", key)
         _check_choice("flush_disk_type", self.flush_disk_type, FLUSH_DISK_TYPES)
         _check_choice("broker_role", self.broker_role, BROKER_ROLES)
         if self.index_file_size > JAVA_INT_MAX:

@@ -25,6 +25,7 @@ class PutMessageStatus(enum.StrEnum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    OS_PAGE_CACHE_BUSY = "OS_PAGECACHE_BUSY"     # RocketMQ 5's spelling: the same member
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
     @property

@@ -39,6 +39,10 @@ ROCKETMQ_DEFAULTS = {
     "delete_consume_queue_files_interval": 100, "destroy_mapped_file_interval_forcibly": 120000,
     "clean_file_forcibly_enable": True, "default_topic_queue_nums": 4,
     "store_host": "127.0.0.1:10911", "max_mapped_files": 16, "listen_port": 10911,
+    "travel_cq_file_num_when_get_message": 1, "use_reentrant_lock_when_put_message": True,
+    "wake_flush_when_put_message": False, "wake_commit_when_put_message": True,
+    "put_consume_queue_data_by_file_channel": True, "read_uncommitted": False,
+    "duplication_enable": False, "enable_consume_queue_ext": False,
 }
 
 
@@ -155,6 +159,13 @@ def test_the_smallest_segment_holds_the_smallest_record_and_a_blank():
     from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
     from core.config import MIN_SEGMENT_SIZE
     assert MIN_SEGMENT_SIZE == MIN_RECORD_SIZE + BLANK_SIZE
+
+
+@pytest.mark.parametrize("key", ["read_uncommitted", "duplication_enable", "enable_consume_queue_ext"])
+def test_rocketmq_switches_without_a_feature_here_accept_only_their_default(key):
+    assert getattr(StoreConfig(**{key: False}), key) is False
+    with pytest.raises(ConfigError, match=f"{key} = True: not supported by mqstore"):
+        StoreConfig(**{key: True})
 
 
 def test_unknown_key_to_the_constructor_is_a_config_error_naming_it():

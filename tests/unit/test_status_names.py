@@ -23,3 +23,8 @@ def test_a_put_result_reads_as_rocketmq_prints_it(store):
     assert r.status == "PUT_OK" and r.status is PutMessageStatus.PUT_OK
     assert store.wait_for_dispatch()
     assert store.get_message("g", "T", 0, 0, 1).status == "FOUND"
+
+
+def test_rocketmq_5s_spelling_of_page_cache_busy_is_the_same_member():
+    assert PutMessageStatus.OS_PAGE_CACHE_BUSY is PutMessageStatus.OS_PAGECACHE_BUSY
+    assert PutMessageStatus.OS_PAGE_CACHE_BUSY.name == "OS_PAGECACHE_BUSY"
