@@ -141,6 +141,9 @@ class FlushService(ServiceThread):
     def drain(self) -> None:
         if not self.failed:
             self._flush_until(self.commitlog.get_max_offset())
+            # As RocketMQ's shutdown, flush(0) at least once even with nothing left: a flush with
+            # no least pages is what records the newest flushed store time for the checkpoint.
+            self._flush(0)
             self._publish()
 
     def on_crash(self) -> None:

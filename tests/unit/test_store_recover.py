@@ -262,6 +262,24 @@ def test_normal_recovery_checks_three_written_segments_not_the_one_made_ahead(ti
     assert st.look_message_by_offset(victim.wrote_offset) is None
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_clean_shutdown_checkpoints_the_store_time_of_the_last_record(tiny_config, open_store, flush,
+                                                                       wait_until):
+    """physicMsgTimestamp after more than the least pages were flushed in the background and
+    the store stopped within the thorough interval (it stayed 0 under ASYNC_FLUSH)."""
+    cfg = tiny_config(flush_disk_type=flush, flush_commitlog_thorough_interval=60_000,
+                      mapped_file_size_commitlog=1 << 20)
+    st = open_store(cfg)
+    last = [st.put_message(Message("T", b"x" * 1000)) for _ in range(20)][-1]
+    assert st.wait_for_dispatch()
+    end = st.get_max_phy_offset()
+    assert wait_until(lambda: st.commitlog.queue.flushed_where == end)    # by the background flush
+    st.shutdown()
+    ckpt = StoreCheckpoint(cfg.checkpoint_path, REAL_FILE_OPS)
+    assert ckpt.physic_msg_timestamp == last.append_result.store_timestamp
+    ckpt.shutdown()
+
+
 def test_empty_store_restarts(tiny_config, open_store):
     cfg = tiny_config()
     st = open_store(cfg)
