@@ -22,7 +22,8 @@ The supervisor always runs in the foreground (as under systemd or a container ru
 
 Exit status: 0 after a stop (`logs/supervisor.log` says whether it was clean), 1 when the
 store cannot start or recover (the message says why), 2 for a usage error (bad option or
-configuration, a port in use, the store locked by a running supervisor), 130 when interrupted
+configuration, format parameters other than the store was created with, a port in use, the
+store locked by a running supervisor), 130 when interrupted
 during recovery.
 """
 from __future__ import annotations

@@ -151,7 +151,9 @@ class Supervisor:
             log.warning("interrupted during recovery; nothing was started (recovery runs again "
                         "at the next start)")
             return 130
-        except (ConfigError, StoreLoadError) as e:
+        except ConfigError as e:            # e.g. format parameters the store was not made with
+            raise SupervisorError(f"cannot open the store: {e}", exit_code=2) from None
+        except StoreLoadError as e:
             raise SupervisorError(f"cannot open the store: {e}") from None
         finally:
             self._interruptible = False

@@ -40,3 +40,14 @@ def test_queues_the_topic_has_still_work(running):
     assert got.returncode == 0 and got.stdout.startswith("3:0\t"), got.stdout + got.stderr
     new = cli("consume", "--topic", "not-yet", "--group", "g", "--queues", "9", "--address", running.address)
     assert new.returncode == 0 and new.stdout == "", new.stderr
+
+
+def test_start_with_format_parameters_the_store_was_not_made_with_exits_2(tmp_path):
+    from core import MessageStore, StoreConfig
+    root = str(tmp_path / "made")
+    store = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commitlog=65536))
+    store.load()
+    store.shutdown()
+    out = cli("start", "--store", root, "--port", "0", timeout=60)      # the default: 1 GiB segments
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "mapped_file_size_commitlog" in out.stderr and "ready" not in out.stdout
