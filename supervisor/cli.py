@@ -17,6 +17,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 import tomllib
 
@@ -102,6 +103,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"mqstore {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                  # `mqstore consume ... | head`: the reader is done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore, cli
 
 
@@ -51,3 +52,21 @@ def test_start_with_format_parameters_the_store_was_not_made_with_exits_2(tmp_pa
     out = cli("start", "--store", root, "--port", "0", timeout=60)      # the default: 1 GiB segments
     assert out.returncode == 2, out.stdout + out.stderr
     assert "mapped_file_size_commitlog" in out.stderr and "ready" not in out.stdout
+
+
+def test_a_reader_that_stops_reading_ends_the_output_quietly(running):
+    """`mqstore query ... | head -1`: no BrokenPipeError traceback, the SIGPIPE status."""
+    import subprocess
+    import sys
+    from tests.integration.supervised import REPO
+    put = cli("produce", "--topic", "pipe", "--keys", "K", "--body", "x" * 8000, "--count", "40",
+              "--address", running.address)
+    assert put.returncode == 0, put.stderr
+    args = ["query", "--topic", "pipe", "--key", "K", "--max", "40", "--json", "--address", running.address]
+    assert wait_for(lambda: cli(*args).stdout.count("\n") == 40)          # indexed: 320 KB to print
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor.cli", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()                                  # as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 141 and "Traceback" not in err, err
