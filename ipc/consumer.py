@@ -1,7 +1,7 @@
 """`Consumer`: reads a topic's queues from a running store (docs/PROTOCOL.md, reader ops).
 
 Each assigned queue has a next offset to pull and a *position*: the offset after the last
-message `poll` handed out, which is what `commit` stores for the group (RocketMQ's consumer
+message `poll` handed out (or iteration yielded), which is what `commit` stores for the group (RocketMQ's consumer
 offset is likewise the next offset to consume). At start a queue's position is the group's
 committed offset, else its min offset (`start="earliest"`) or max offset (`"latest"`); an
 offset the store no longer has is corrected with the `next_begin_offset` of the reply, as
@@ -185,8 +185,19 @@ class Consumer:
         self.last_error = text
 
     def __iter__(self):
+        """Every message, long polling forever. A message counts as handed out when the loop
+        gets it: stopping the loop (`break`) gives the rest of the poll back, so that the
+        position, and what a commit stores, stays right after the last message the loop got."""
         while not self._closed:
-            yield from self.poll(self.long_poll_ms)
+            batch = self.poll(self.long_poll_ms)
+            handed = 0
+            try:
+                for m in batch:
+                    handed += 1
+                    yield m
+            finally:
+                if handed < len(batch) and not self._closed:
+                    self._pulls.give_back(batch[handed:], {st.queue_id: st for st in self._order})
 
     # -- offsets -------------------------------------------------------------------------
     def _commit_requests(self) -> list:

@@ -251,6 +251,21 @@ class PullPipeline:
         self.buffered -= len(out)
         return out
 
+    def give_back(self, msgs: list, cursors: dict) -> None:
+        """Put messages `take` handed out but the application never got (it stopped iterating)
+        back in front of the buffer, in their order, and move each queue's position back to
+        the first of its messages given back. `cursors`: queue id -> QueueCursor."""
+        by_queue: dict = {}
+        for m in msgs:
+            by_queue.setdefault(m.queue_id, []).append(m)
+        for qid in reversed(list(by_queue)):           # appendleft: the first queue ends first
+            st, back = cursors.get(qid), by_queue[qid]
+            if st is None:
+                continue
+            self.ready.appendleft([st, back, 0, st.position])
+            st.position = back[0].queue_offset
+            self.buffered += len(back)
+
     def drop(self, st: QueueCursor) -> None:
         """Abandon the queue's outstanding pulls and drop what they brought (a seek)."""
         st.abandon()
