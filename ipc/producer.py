@@ -18,7 +18,11 @@ The batch path does the least Python per message: bodies joined into one frame, 
 from one comprehension, and the per-message metadata (UNIQ_KEY at least) built in one
 comprehension of small maps. Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE,
 OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a retried
-message can be told apart from a new one: at-least-once delivery).
+message can be told apart from a new one: at-least-once delivery); each attempt has the
+send's `timeout`, and one that timed out is sent again after a new hello, so that a store
+restarted on other ports is followed. A send that failed may still be stored: ZeroMQ keeps
+a request queued while the store is unreachable and delivers it when the store is back
+(consumers that must not see a message twice deduplicate by UNIQ_KEY, as with RocketMQ).
 """
 from __future__ import annotations
 
