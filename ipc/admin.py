@@ -1,8 +1,9 @@
 """`Admin`: the operator's view of a running store through docs/PROTOCOL.md: topics, queue
 offsets, consumer lag, group offsets, messages by key, id or physical offset, status and stop.
 
-Every method is one synchronous request (two for `lag_all`) and raises `ipc.MQError` for an
-error reply, except the lookups that answer "not there" with None.
+Every method is one synchronous request (one per topic for `consumer_lag` without a topic)
+and raises `ipc.MQError` for an error reply, except the lookups that answer "not there" with
+None.
 """
 from __future__ import annotations
 
@@ -39,10 +40,12 @@ class Admin:
         self._conn.call("front", "stop")
 
     # -- topics --------------------------------------------------------------------------
-    def topics(self) -> list:
-        """[{"topic", "queues"}, ...] sorted by name."""
+    def topics(self) -> dict:
+        """{topic name: queue count}, sorted by name (`"T" in admin.topics()`, as RocketMQ's
+        topic list is one of names)."""
         env = self._conn.call("front", "topics")
-        return sorted(env.get("topics", []), key=lambda t: t.get("topic", ""))
+        listed = sorted(env.get("topics", []), key=lambda t: t.get("topic", ""))
+        return {t["topic"]: t["queues"] for t in listed}
 
     def create_topic(self, topic: str, queues: int = 4) -> dict:
         """Create `topic` with `queues` queues (1..1024); {"topic", "queues"}."""
@@ -80,9 +83,18 @@ class Admin:
         self._conn.call("reader", "commit_offset", group=group, topic=topic, queue_id=queue_id,
                         offset=int(offset))
 
-    def consumer_lag(self, group: str, topic: str) -> dict:
-        """{"queues": [{"queue_id", "consumer_offset", "max_offset", "lag"}], "total_lag"}."""
-        return self._strip(self._conn.call("reader", "consumer_lag", group=group, topic=topic))
+    def consumer_lag(self, group: str, topic: str | None = None) -> dict:
+        """The group's lag on `topic`: {"queues": [{"queue_id", "consumer_offset", "max_offset",
+        "lag"}], "total_lag"}. Without `topic`, on every topic the group committed an offset of
+        (RocketMQ's consumer progress): {"topics": {topic: that map}, "total_lag"}."""
+        if topic is not None:
+            return self._strip(self._conn.call("reader", "consumer_lag", group=group, topic=topic))
+        topics = {}
+        for name in self.topics():
+            lag = self._strip(self._conn.call("reader", "consumer_lag", group=group, topic=name))
+            if any(q["consumer_offset"] >= 0 for q in lag.get("queues", ())):
+                topics[name] = lag
+        return {"topics": topics, "total_lag": sum(t["total_lag"] for t in topics.values())}
 
     # -- messages ------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,

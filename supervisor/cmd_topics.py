@@ -39,12 +39,12 @@ def add_parser(subparsers):
 
 def _listing(admin: Admin, with_offsets: bool) -> list:
     rows = []
-    for t in admin.topics():
+    for topic, count in admin.topics().items():
         try:
-            queues = admin.queue_offsets(t["topic"])
+            queues = admin.queue_offsets(topic)
         except MQError:
             queues = []
-        row = {"topic": t["topic"], "queues": t["queues"],
+        row = {"topic": topic, "queues": count,
                "messages": sum(q["max_offset"] - q["min_offset"] for q in queues)}
         if with_offsets:
             row["offsets"] = queues
