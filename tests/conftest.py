@@ -7,6 +7,9 @@ records at segment ends and many files happen in every test.
 """
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import time
 
 import pytest
@@ -15,6 +18,29 @@ import timeout_hooks
 from core.config import StoreConfig
 
 pytest_collection_modifyitems = timeout_hooks.pytest_collection_modifyitems     # a pytest hook
+
+
+def pytest_configure(config):
+    """The tests start hundreds of Python processes (supervisors, services, CLI runs, producer
+    pools), each importing the same modules. Under PYTHONDONTWRITEBYTECODE each of them
+    compiled every one of those modules from source again (0.1-0.3 s of CPU per process),
+    and pytest rewrote the asserts of every test module again at each run (about 4 s).
+    Instead this process and the ones the tests start keep their bytecode in a cache outside
+    the source tree (PYTHONPYCACHEPREFIX: .pytest_cache/d/pycache), so only the first one
+    compiles. Without PYTHONDONTWRITEBYTECODE, Python writes __pycache__ as usual and nothing
+    changes here."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if not prefix:
+        cache = getattr(config, "cache", None)
+        prefix = str(cache.mkdir("pycache")) if cache is not None else os.path.join(
+            tempfile.gettempdir(), f"mqstore-tests-pycache-{os.getuid()}")
+        os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    del os.environ["PYTHONDONTWRITEBYTECODE"]         # for the processes the tests start
+    sys.pycache_prefix = prefix                       # and for this one: the test modules
+    sys.dont_write_bytecode = False                   # imported from now on and their rewrites
+
 
 TINY = dict(
     mapped_file_size_commitlog=4096 * 4,

@@ -1,8 +1,9 @@
 """Starts real service processes around a recovered store without the supervisor daemon, for
 integration tests of single services: recovery in this process (it holds the store lock, as
 the supervisor does), `run/` and the control block prepared, the named services spawned in
-order and waited for until RUNNING. Leaving the `with` block stops them (SIGTERM, then SIGKILL)
-and closes the control block."""
+order without waiting (as the supervisor starts them) and then waited for until RUNNING, in
+the same order. Leaving the `with` block stops them (SIGTERM, then SIGKILL) and closes the
+control block."""
 from __future__ import annotations
 
 import time
@@ -35,14 +36,29 @@ class ServiceHarness:
         self.store.load()
         self.run = prepare_run(self.config, self.store)
         self.store.shutdown()
-        for name in self.names:
-            self.start(name)
+        try:
+            for name in self.names:
+                self.spawn(name)
+            for name in self.names:
+                self.wait_running(name)
+        except BaseException:
+            self.__exit__(None, None, None)          # no service left behind
+            raise
         return self
 
     def start(self, name: str):
+        """Start one service (again) and wait until it is RUNNING."""
+        self.spawn(name)
+        return self.wait_running(name)
+
+    def spawn(self, name: str):
         mark_started(self.run.cb, name)
         proc = spawn_service(self.config, name)
         self.procs[name] = proc
+        return proc
+
+    def wait_running(self, name: str):
+        proc = self.procs[name]
         if not wait_state(self.run.cb, name, proc, [ServiceState.RUNNING], self.start_timeout):
             raise RuntimeError(f"{name} did not reach RUNNING (exit code {proc.poll()}); "
                                f"see {self.config.logs_dir}/{name}.log and {name}.out")

@@ -8,9 +8,10 @@ import os
 import signal
 import time
 
+from ipc.control_block import Word
 from ipc.protocol import pack, unpack
-from tests.integration.harness import RawClient, ServiceHarness
-from tests.integration.test_write_services import WRITE, config, put_ok, read_back  # noqa: F401
+from tests.integration.harness import RawClient, ServiceHarness, wait_for
+from tests.integration.test_write_services import WRITE, config, put_ok, read_back, record_end  # noqa: F401
 
 
 def park_puts(h, client, rids, coalesce):
@@ -18,14 +19,17 @@ def park_puts(h, client, rids, coalesce):
     flusher = h.procs["flusher"]
     os.kill(flusher.pid, signal.SIGSTOP)
     try:
+        end = h.cb.get(Word.WROTE)
         for rid in rids[:-1]:
             client.sock.send_multipart([pack({"op": "put", "rid": rid, "topic": "C", "queue_id": 0,
                                               "coalesce": coalesce}), b"body-%d" % rid])
+            end = record_end(end, b"body-%d" % rid, "C")
         client.sock.send_multipart([pack({"op": "put_batch", "rid": rids[-1], "topic": "C",
                                           "queue_id": 0, "sizes": [2, 2], "coalesce": coalesce}),
                                     b"b1b2"])
-        time.sleep(0.5)                          # all appended and parked, none answered
-        assert not client.sock.poll(0)
+        end = record_end(record_end(end, b"b1", "C"), b"b2", "C")
+        assert wait_for(lambda: h.cb.get(Word.WROTE) >= end)      # all appended and parked
+        assert not client.sock.poll(100)                           # none answered
     finally:
         os.kill(flusher.pid, signal.SIGCONT)
 
@@ -70,13 +74,17 @@ def test_the_producer_takes_combined_replies(tmp_path):
     store = SupervisedStore(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=10_000).start()
     try:
         with Producer(store.address) as p:
-            assert p.send("P", b"warm", queue_id=0).ok
+            warm = p.send("P", b"warm", queue_id=0)
+            assert warm.ok
+            wrote = store.status()["positions"]["wrote"]
+            record = wrote - warm.phys_offset - 2       # each of the 8 below: a body 2 bytes shorter
             flusher = store.service("flusher")["pid"]
             os.kill(flusher, signal.SIGSTOP)
             try:
                 futures = [p.send_async("P", b"m%d" % i, queue_id=0) for i in range(5)]
                 futures.append(p.send_batch_async("P", [b"b1", b"b2", b"b3"], queue_id=0))
-                time.sleep(0.5)
+                assert wait_for(lambda: store.status()["positions"]["wrote"] >= wrote + 8 * record)
+                time.sleep(0.1)                          # all appended and parked: none answered
                 assert not any(f.done() for f in futures)
             finally:
                 os.kill(flusher, signal.SIGCONT)

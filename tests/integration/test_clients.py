@@ -332,7 +332,9 @@ def test_cli_without_a_store(tmp_path):
 def test_producer_rides_over_a_killed_appender(tmp_path):
     s = SupervisedStore(tmp_path, "kill", **CONFIG).start()
     try:
-        with Producer(store=s.root, timeout=3.0, retries=5) as p:
+        # A put lost with the killed appender times out and is sent again until the restarted
+        # one (started after the restart policy's 1 s delay) answers.
+        with Producer(store=s.root, timeout=1.0, retries=15) as p:
             assert p.send("ride", b"before").ok
             pid = s.service("appender")["pid"]
             os.kill(pid, signal.SIGKILL)
@@ -349,7 +351,7 @@ def test_producer_rides_over_a_killed_appender(tmp_path):
 def test_clients_follow_a_restarted_store_to_its_new_ports(tmp_path):
     s = SupervisedStore(tmp_path, "moved", **CONFIG).start()
     try:
-        with Producer(store=s.root, timeout=2.0, retries=3) as p:
+        with Producer(store=s.root, timeout=1.0, retries=5) as p:
             assert p.send("moved", b"one", queue_id=0).ok
             old = s.address
             assert s.stop() == 0

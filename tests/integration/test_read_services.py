@@ -460,10 +460,12 @@ def test_reput_far_behind_reports_recovering_while_it_catches_up(tmp_path):
                           "offset": 0, "poll_ms": 30000, "format": "raw"}))
         h.start("reput")
         seen = []
-        while events.poll(2000):
+        while events.poll(10000):                          # until the reput says it runs
             event = unpack(events.recv())
             if event["service"] == "reput":
                 seen.append(event)
+                if event["event"] == "running":
+                    break
         assert [e["event"] for e in seen][:3] == ["starting", "recovering", "running"]
         assert seen[1]["total"] == w.cb.get(Word.CONFIRM)
         total = h.cb.slot_get("reput", Slot.PROGRESS_TOTAL)

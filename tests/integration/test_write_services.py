@@ -342,12 +342,17 @@ def test_appender_killed_mid_stream_loses_nothing_acknowledged(config, pool):
     with ServiceHarness(cfg, WRITE_POOL if pool else WRITE) as h:
         c = RawClient(h.endpoint("appender"))
 
-        def collect(timeout_ms):
+        def collect(timeout_ms, until_rid=None):
+            """Take replies until none comes for `timeout_ms`, or until the one to `until_rid`
+            (kept aside, not collected)."""
             while c.sock.poll(timeout_ms):
                 r = unpack(c.sock.recv_multipart()[0])
+                if r["rid"] == until_rid:
+                    return r
                 if r["status"] == "PUT_OK":
                     assert r["queue_offset"] not in acked
                     acked[r["queue_offset"]] = sent[r["rid"]]
+            assert until_rid is None, f"no reply to request {until_rid}"
 
         for rid in range(1, 301):
             bodies = [body_of("m", rid * 10 + k, 400) for k in range(10)]
@@ -361,9 +366,12 @@ def test_appender_killed_mid_stream_loses_nothing_acknowledged(config, pool):
                 old.wait(10)
         collect(200)
         h.start("appender")
-        collect(1000)                                 # requests still queued reach the new one
+        # Requests still queued reach the new one, in order, then this put: its reply comes
+        # after theirs.
+        c.sock.send_multipart([msgpack.packb({"op": "put", "rid": 1000, "topic": "M", "queue_id": 0}),
+                               b"after restart"])
+        r = collect(10_000, until_rid=1000)
         before = len(acked)
-        r, _ = c.call("put", [b"after restart"], topic="M", queue_id=0)
         assert r["status"] == "PUT_OK", r
         c.close()
     got = read_back(cfg, "M", 0)

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import zlib
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -37,6 +36,7 @@ from core.mapped_file import offset_to_file_name
 from core.message import Message
 from core.status import GetMessageStatus
 from core.store import MessageStore
+from tests.unit.recovery_workload import Record, open_store, put_workload
 
 SEG = 4096 * 4
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,32 +49,6 @@ FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-@dataclass
-class Record:
-    phys: int
-    size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    body: bytes
-    key: str
-    v6_hosts: int
-
-    @property
-    def end(self) -> int:
-        return self.phys + self.size
-
-    def protected_ranges(self):
-        """Byte ranges a corruption of which recovery must notice: sizes, magic, CRC, the
-        physical offset, body length and body, topic and properties lengths."""
-        h = 12 * self.v6_hosts
-        body_end = self.phys + 88 + h + len(self.body)
-        topic_len = len(self.topic.encode())
-        return [(self.phys, self.phys + 12), (self.phys + 28, self.phys + 36),
-                (self.phys + 84 + h, body_end + 1),
-                (body_end + 1 + topic_len, body_end + 3 + topic_len)]
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -93,36 +67,6 @@ def new_config(root: str, flush: str) -> StoreConfig:
     return StoreConfig(store_path_root_dir=root, flush_disk_type=flush, **TINY)
 
 
-def open_store(cfg) -> MessageStore:
-    st = MessageStore(cfg)
-    st.load()
-    st.start()
-    return st
-
-
-def put_workload(st: MessageStore, workload) -> list[Record]:
-    """Put every operation of `workload` (a batch when it holds several messages)."""
-    records: list[Record] = []
-    n = 0
-    for op in workload:
-        msgs = []
-        for topic, qid, size, v6 in op:
-            body = (b"%06d|" % n + bytes(range(256)) * 10)[:max(size, 7)]
-            host = ("::1", 5000 + n) if v6 else ("10.0.0.%d" % (n % 250), 5000)
-            msgs.append(Message(topic, body, queue_id=qid, keys="key-%d" % n, born_host=host))
-            n += 1
-        r = st.put_message(msgs[0]) if len(msgs) == 1 else st.put_messages(msgs)
-        assert r.ok, r.status
-        phys = r.append_result.wrote_offset
-        for i, m in enumerate(msgs):
-            size = st.commitlog.prepare(m).size
-            records.append(Record(phys, size, m.topic, m.queue_id,
-                                  r.append_result.logics_offset + i, m.body, m.keys,
-                                  1 if m.born_host[0] == "::1" else 0))
-            phys += size
-    return records
-
-
 def run_workload(cfg, workload) -> list[Record]:
     st = open_store(cfg)
     try:
@@ -136,7 +80,8 @@ def run_workload(cfg, workload) -> list[Record]:
 CHILD = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from test_recovery import Record, StoreConfig, open_store, put_workload
+from core.config import StoreConfig
+from tests.unit.recovery_workload import open_store, put_workload
 cfg = StoreConfig(**json.loads(sys.argv[2]))
 st = open_store(cfg)
 records = put_workload(st, json.loads(sys.argv[3]))
@@ -151,7 +96,7 @@ def run_workload_and_crash(cfg, workload, drained: bool) -> list[Record]:
     """Run the workload in a child process that exits without shutting the store down."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, HERE, json.dumps(cfg.to_dict()), json.dumps(workload),
+        [sys.executable, "-c", CHILD, REPO, json.dumps(cfg.to_dict()), json.dumps(workload),
          "drained" if drained else "not-drained"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

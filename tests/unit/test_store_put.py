@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 import threading
-import time
 
 import pytest
 
@@ -154,18 +153,17 @@ def test_max_offset(store):
     assert store.commitlog.topic_queue_table[("T", 0)] == 5
 
 
-def test_a_put_wakes_an_idle_reput(store, monkeypatch):
+def test_a_put_wakes_an_idle_reput(store, monkeypatch, wait_until):
     """Once idle the reput thread sleeps IDLE_INTERVAL_MS between looks, but the next put
     wakes it: here the interval is 30 s, and the message is still in its queue at once."""
     monkeypatch.setattr(embedded_services, "IDLE_AFTER_S", 0.05)
     monkeypatch.setattr(embedded_services, "IDLE_INTERVAL_MS", 30_000)
     assert store.put_message(Message("T", b"x")).ok
     assert store.wait_for_dispatch()
-    time.sleep(0.3)                                   # idle now, in a 30 s wait
-    assert store.reput_service.idle
+    assert wait_until(lambda: store.reput_service.idle)      # idle now, in a 30 s wait
     assert store.put_messages([Message("T", b"y"), Message("T", b"z")]).ok
     assert store.wait_for_dispatch(timeout=5)
-    time.sleep(0.3)
+    assert wait_until(lambda: store.reput_service.idle)      # and idle again
     assert store.put_message(Message("T", b"w")).ok
     assert store.wait_for_dispatch(timeout=5)
     assert store.get_max_offset_in_queue("T", 0) == 4

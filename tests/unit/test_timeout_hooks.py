@@ -1,5 +1,5 @@
 """A hanging hypothesis test ends the run at its timeout (tests/timeout_hooks.py) instead of
-hanging it: run in a pytest of its own, with a 2-second timeout."""
+hanging it: run in a pytest of its own, with a 1-second timeout."""
 import os
 import subprocess
 import sys
@@ -23,7 +23,7 @@ def test_a_hanging_hypothesis_test_times_out(tmp_path):
         "from timeout_hooks import pytest_collection_modifyitems  # noqa: F401\n")
     (tmp_path / "test_hang.py").write_text(HANGING)
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "--timeout=2", str(tmp_path / "test_hang.py")],
+                          "--timeout=1", str(tmp_path / "test_hang.py")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "Timeout" in out.stdout + out.stderr
