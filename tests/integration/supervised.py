@@ -17,6 +17,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from ipc.control_block import read_control_name
 from tests.integration.harness import RawClient
@@ -178,3 +179,18 @@ def pid_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+@pytest.fixture(name="store")
+def supervised_stores(tmp_path):
+    """`store(name="store", **config)`: a SupervisedStore under tmp_path (not started); every
+    one made is stopped at teardown. Import it into a test module to use it as `store`."""
+    stores = []
+
+    def make(name: str = "store", **config) -> SupervisedStore:
+        s = SupervisedStore(tmp_path, name, **config)
+        stores.append(s)
+        return s
+    yield make
+    for s in stores:
+        s.ensure_stopped()

@@ -1,8 +1,8 @@
 """The store host of a supervised store (RocketMQ: the broker's own address and listening port)
-is the address it listens at (the front door's, given to clients), so that every record's STOREHOST and every offset
-message id (4 bytes IPv4 + 4 bytes port + 8 bytes CommitLog offset, as hex) carry the port
-the store was started with; a store_host set in the configuration wins; and a restart on
-another port is not refused."""
+is the address it listens at (the front door's, given to clients), so that every record's
+STOREHOST and every offset message id (4 bytes IPv4 + 4 bytes port + 8 bytes CommitLog
+offset, as hex) carry the port the store was started with; a store_host set in the
+configuration wins; and a restart on another port is not refused."""
 from __future__ import annotations
 
 import json
@@ -12,19 +12,7 @@ import pytest
 
 from ipc.admin import Admin
 from tests.integration.supervised import SupervisedStore
-
-
-@pytest.fixture
-def store(tmp_path):
-    stores = []
-
-    def make(name: str = "store", **config) -> SupervisedStore:
-        s = SupervisedStore(tmp_path, name, **config)
-        stores.append(s)
-        return s
-    yield make
-    for s in stores:
-        s.ensure_stopped()
+from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
 
 def _free(port: int) -> bool:

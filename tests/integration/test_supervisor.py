@@ -17,21 +17,9 @@ from core.store_files import StoreLock
 from services.append_waiters import BUCKETS_MS
 from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore, cli, pid_gone
+from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
 SERVICES = ["allocator", "flusher", "reput", "appender", "reader"]
-
-
-@pytest.fixture
-def store(tmp_path):
-    stores = []
-
-    def make(name: str = "store", **config) -> SupervisedStore:
-        s = SupervisedStore(tmp_path, name, **config)
-        stores.append(s)
-        return s
-    yield make
-    for s in stores:
-        s.ensure_stopped()
 
 
 def free_port() -> int:
