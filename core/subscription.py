@@ -11,19 +11,21 @@ from functools import lru_cache
 from core.hashing import java_hash
 
 
+def subscription_tags(expression: str | None) -> frozenset | None:
+    """The tags an expression accepts, or None for "everything"."""
+    if expression is None or expression.strip() in ("", "*"):
+        return None
+    return frozenset(t for t in map(str.strip, expression.split("||")) if t)
+
+
 @lru_cache(maxsize=1024)
 def subscription_codes(expression: str | None) -> frozenset | None:
     """The tag hash codes an expression accepts, or None for "everything"."""
-    if expression is None or expression.strip() in ("", "*"):
-        return None
-    tags = [t.strip() for t in expression.split("||")]
-    return frozenset(java_hash(t) for t in tags if t)
+    tags = subscription_tags(expression)
+    return None if tags is None else frozenset(map(java_hash, tags))
 
 
 def tags_match(expression: str | None, tags: str | None) -> bool:
     """Exact check on the tag string, for callers that re-check after the hash filter."""
-    codes = subscription_codes(expression)
-    if codes is None:
-        return True
-    wanted = {t.strip() for t in expression.split("||")}
-    return tags is not None and tags in wanted
+    wanted = subscription_tags(expression)
+    return wanted is None or (tags is not None and tags in wanted)

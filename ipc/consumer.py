@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 
+from core.subscription import subscription_tags
 from ipc.connection import Connection, MQError, raise_for_error
 from ipc.protocol import ERROR, ErrorCode
 from ipc.pulls import RETRY_S, PullPipeline, QueueCursor
@@ -45,11 +46,9 @@ DISCOVER_INTERVAL_S = 30.0    # how often the topic's queue count is checked aga
 
 
 def parse_tag_filter(expression: str | None) -> frozenset | None:
-    """The tags a subscription expression accepts; None for everything (`*` or no filter)."""
-    if expression is None:
-        return None
-    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-    return None if not tags or "*" in tags else tags
+    """The tags a subscription expression accepts; None for everything (the store's rule,
+    core.subscription)."""
+    return subscription_tags(expression)
 
 
 class Consumer:

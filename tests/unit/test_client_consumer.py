@@ -198,4 +198,4 @@ def test_unknown_topic_and_bad_arguments(reader):
 
 def test_parse_tag_filter():
     assert parse_tag_filter(None) is None and parse_tag_filter("*") is None and parse_tag_filter(" ") is None
-    assert parse_tag_filter("A || B ||C") == {"A", "B", "C"} and parse_tag_filter("A || *") is None
+    assert parse_tag_filter("A || B ||C") == {"A", "B", "C"} and parse_tag_filter("A || *") == {"A", "*"}
