@@ -228,8 +228,21 @@ class ReputService(ServiceThread):
         self.store.flags.set(WRITE_LOGICS_QUEUE_ERROR)
 
 
+def discard_unwritten(fileops, paths, logger) -> None:
+    """Delete the segments among `paths` that were never written to (shared by the allocator
+    process, which keeps the same set)."""
+    for path in sorted(paths):
+        try:
+            if fileops.unlink_unwritten(path):
+                logger.info("deleted %s, made ahead and never used", os.path.basename(path))
+        except OSError as e:
+            logger.warning("could not delete %s made ahead: %s", path, e)
+
+
 class AllocateService(ServiceThread):
-    """Creates segments ahead of need; `allocate(path, next_path)` is the queue's allocator."""
+    """Creates segments ahead of need; `allocate(path, next_path)` is the queue's allocator.
+    `discard_ahead()` (at shutdown) deletes the segments made ahead that the queue never asked
+    for, as RocketMQ's AllocateMappedFileService does with its pre-allocated files."""
     interval_ms = 1000
 
     def __init__(self, fileops, file_size: int, warm: bool = False):
@@ -238,12 +251,14 @@ class AllocateService(ServiceThread):
         self.file_size = file_size
         self.warm = warm
         self._pending: list[str] = []
+        self._ahead: set[str] = set()               # made ahead, not yet asked for
         self._lock = threading.Lock()
         self._creating = threading.Lock()
         self.last_error: OSError | None = None
 
     def allocate(self, path: str, next_path: str) -> None:
         with self._creating:
+            self._ahead.discard(path)
             if not os.path.exists(path):
                 try:
                     self.fileops.create_file(path, self.file_size)
@@ -266,11 +281,18 @@ class AllocateService(ServiceThread):
                     if os.path.exists(path):
                         continue
                     self.fileops.create_file(path, self.file_size)
+                    self._ahead.add(path)
                 if self.warm:
                     self._warm(path)
             except OSError as e:
                 self.last_error = e
                 log.warning("could not create %s ahead of time: %s", path, e)
+
+    def discard_ahead(self) -> None:
+        """Delete the segments made ahead and never asked for; call once the thread stopped."""
+        with self._creating:
+            discard_unwritten(self.fileops, self._ahead, log)
+            self._ahead.clear()
 
     def _warm(self, path: str) -> None:
         if not self.fileops.warm_file(path, self.file_size):

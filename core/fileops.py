@@ -150,6 +150,23 @@ class FileOps:
         os.unlink(path)
         self.fsync_dir(os.path.dirname(path))
 
+    def unlink_unwritten(self, path: str) -> bool:
+        """Unlink a CommitLog segment only if nothing was ever written to it: records start at
+        a segment's first byte, so a segment whose first 8 bytes are zero holds none. True if
+        it was deleted; a missing file is False."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            head = os.pread(fd, 8, 0)
+        finally:
+            os.close(fd)
+        if any(head):
+            return False
+        self.unlink(path)
+        return True
+
     def unlink_soon(self, path: str) -> None:
         """Remove `path` from its directory now, durably, and free its blocks in a background
         thread: unlinking a large cached file (a 420 MB index file) takes a good part of a

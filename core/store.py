@@ -221,6 +221,7 @@ class MessageStore:
         for svc in (self.commit_service, self.flush_service, self.reput_service, self.allocate_service):
             if svc is not None:
                 svc.stop()
+        self.allocate_service.discard_ahead()
         clean = False
         if self.loaded:
             clean = self.flags.is_writeable and (self.reput_service is None or self.reput_service.behind() <= 0)

@@ -26,6 +26,7 @@ import time
 
 import zmq
 
+from core.embedded_services import discard_unwritten
 from core.fileops import REAL_FILE_OPS
 from ipc.control_block import Word
 from ipc.protocol import OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack
@@ -47,6 +48,7 @@ class Allocator(ServiceLoop):
         self.file_size = config.mapped_file_size_commitlog
         self.warm = config.warm_mapped_file_enable
         self.pending: list[str] = []          # paths to create ahead, after the answers
+        self.ahead: set[str] = set()          # made ahead, not yet asked for: deleted at a clean stop
         self.failed_path: str | None = None   # the path that hit ENOSPC, retried every RETRY_S
         self.next_retry = 0.0
         self.handlers = Handlers()
@@ -81,6 +83,7 @@ class Allocator(ServiceLoop):
         next_path = field(env, "next_path", str, None)
         if next_path is not None:
             next_path = self._segment_path(next_path, "next_path")
+        self.ahead.discard(path)
         try:
             self._create(path)
         except OSError as e:
@@ -125,8 +128,10 @@ class Allocator(ServiceLoop):
 
     def _create_ahead(self, path: str) -> None:
         try:
-            if self._create(path) and self.warm:
-                self._warm(path)
+            if self._create(path):
+                self.ahead.add(path)
+                if self.warm:
+                    self._warm(path)
         except OSError as e:
             log.warning("could not create %s ahead of time: %s", path, e)
 
@@ -148,6 +153,7 @@ class Allocator(ServiceLoop):
         self._created()
 
     def close(self) -> None:
+        discard_unwritten(self.fileops, self.ahead, log)   # RocketMQ drops its pre-allocated files
         self.sock.close(0)
         super().close()
 

@@ -78,9 +78,12 @@ def test_restart_after_clean_stop_is_normal_and_keeps_the_data(store):
     put_some(s, "Keep", 40, size=500)
     wrote = s.status()["positions"]["wrote"]
     assert wrote > 16384                                 # more than one segment
+    segments = lambda: sorted(n for n in os.listdir(s.path("commitlog")) if n.isdigit())
+    assert wait_for(lambda: len(segments()) == wrote // 16384 + 2, 10), "no segment made ahead"
     s.signal(signal.SIGTERM)                             # what `kill` and systemd send
     assert s.wait_exit() == 0
     assert not os.path.exists(s.path("abort"))
+    assert segments() == [f"{i * 16384:020d}" for i in range(wrote // 16384 + 1)]   # none ahead
 
     s.start()
     st = s.status()
