@@ -64,10 +64,34 @@ class RunContext:
         self.cb.close()
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it hands out by itself (outgoing connections, bind to 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(host: str, taken=()) -> int:
+    """A port free on `host` now, for a service that binds it a moment later. It is picked
+    below the ephemeral range: a port the kernel handed out (bind to 0) could be given again to
+    any outgoing connection before the service binds it, and the service's bind would fail."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    lo = ephemeral_range()[0]
+    rng = secrets.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, lo - 16384), lo) if lo > 2048 else 0
+        if port in taken:
+            continue
+        with socket.socket(family) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise SupervisorError(f"no free port found on {host}; choose one with --port", exit_code=2)
 
 
 class SupervisorError(RuntimeError):
@@ -129,7 +153,9 @@ def plan_endpoints(host: str, port: int) -> dict:
     if port:
         ports = (port, port + 2, port + 3)
     else:
-        ports = tuple(free_port(host) for _ in range(3))
+        ports = []
+        for _ in range(3):
+            ports.append(free_port(host, ports))
     h = f"[{host}]" if ":" in host else host
     return {name: f"tcp://{h}:{p}" for name, p in zip(("front", "appender", "reader"), ports)}
 
