@@ -1,7 +1,8 @@
 """Reading stored records back as messages: `decode_message` and the `LazyMessageExt` it
-returns (DESIGN.md section 3 for the bytes). The record is checked for its framing at once;
-each part is decoded on its first read, so a caller that reads only the body and offsets never
-parses properties or hosts.
+returns (DESIGN.md section 3 for the bytes). The record is checked for its framing at once
+(`pulled_messages`, for a pull's records: at the first field read); each part is decoded on
+its first read, so a caller that reads only the body and offsets never parses properties or
+hosts.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class LazyMessageExt(MessageExt):
 
     def _header(self) -> tuple:
         rec = self._rec
+        if self._h is False:                       # from `pulled_messages`: check it now
+            _frame_end(rec, 0)
         self._t = self._body = None
         self._h = h = _HEADERS[host_lengths(rec[39])].unpack_from(rec)     # SYSFLAG's low byte
         return h
@@ -160,6 +163,32 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
     `check_crc`, a body CRC mismatch. A topic or properties that are not UTF-8 (check_record
     refuses such a record before it is dispatched) raise UnicodeDecodeError, a ValueError,
     when first read."""
+    p = _frame_end(buf, pos, check_crc)
+    if pos or len(buf) != p or buf.__class__ is not bytes:
+        buf = bytes(buf[pos:p])                      # hold just this record, never a mapping
+    m = _new_lazy(LazyMessageExt)
+    m._rec = buf
+    m._h = ()
+    return m
+
+
+def pulled_messages(records: list) -> list:
+    """Records as a pull returns them (bytes objects of one whole record each, cut at the
+    sizes their consume-queue entries give) as LazyMessageExt, each framing-checked as
+    `decode_message` does but on its first field read, together with the header unpack that
+    read needs anyway; a record that fails the check raises ValueError there."""
+    return list(map(_unchecked, records))
+
+
+def _unchecked(rec: bytes) -> LazyMessageExt:
+    m = _new_lazy(LazyMessageExt)
+    m._rec = rec
+    m._h = False
+    return m
+
+
+def _frame_end(buf, pos: int, check_crc: bool = False) -> int:
+    """The end of the whole record at `pos` of `buf`, or ValueError (`decode_message`)."""
     try:
         total, magic, crc, sys_flag, body_len = _FRAME_V4.unpack_from(buf, pos)
         if sys_flag & _V6_BITS:
@@ -181,11 +210,6 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
                          f"{n - pos} bytes there")
     if check_crc and crc32(buf[body:body + body_len]) & 0x7FFFFFFF != crc:
         raise ValueError(f"record at {pos}: body CRC mismatch")
-    if pos or n != total or buf.__class__ is not bytes:
-        buf = bytes(buf[pos:p])                      # hold just this record, never a mapping
-    m = _new_lazy(LazyMessageExt)
-    m._rec = buf
-    m._h = ()
-    return m
+    return p
 
 

@@ -117,8 +117,8 @@ class GetMessageResult:
     @property
     def messages(self) -> list:
         if self._messages is None:
-            from core.decode import decode_message
-            self._messages = [decode_message(b) for b in self.buffers]
+            from core.decode import pulled_messages
+            self._messages = pulled_messages(self.buffers)
         return self._messages
 
     @property

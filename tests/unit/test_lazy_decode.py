@@ -3,7 +3,7 @@ that a full, eager decode gives (checked here against the eager decoder the stor
 kept below as the reference, and against the client's `ipc.received` views), in any order of
 reads and writes, for IPv4/IPv6 hosts, empty and absent properties, KEYS/TAGS, non-ASCII text
 and version-2 records; equal to, copied and pickled as a MessageExt; and every record that is
-not whole raises ValueError at decode time."""
+not whole raises ValueError at decode time, or with `pulled_messages` at its first field read."""
 from __future__ import annotations
 
 import copy
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, encode_message
-from core.decode import LazyMessageExt, decode_message
+from core.decode import LazyMessageExt, decode_message, pulled_messages
 from core.message import Message, MessageExt, bytes_to_host, string_to_properties
 from ipc.received import split_records
 
@@ -111,6 +111,23 @@ def test_lazy_decode_equals_the_eager_decode_field_by_field(rec, order):
     assert got == split_records(rec)[0].to_message_ext()
     assert (got.keys_list, got.uniq_key, got.all_properties()) == \
            (want.keys_list, want.uniq_key, want.all_properties())
+
+
+@settings(max_examples=200, deadline=None)
+@given(records(), st.permutations(FIELDS), st.sampled_from(["read", "write", "compare", "pickle"]))
+def test_a_pulled_message_is_the_decoded_one_whatever_is_done_first(rec, order, first):
+    want = eager_decode(rec)
+    (got,) = pulled_messages([bytes(rec)])
+    assert isinstance(got, LazyMessageExt)
+    if first == "write":
+        got.flag = want.flag
+    elif first == "compare":
+        assert got == want
+    elif first == "pickle":
+        assert pickle.loads(pickle.dumps(got)) == want
+    for name in order:
+        assert getattr(got, name) == getattr(want, name), name
+    assert got == want
 
 
 @settings(max_examples=100, deadline=None)
@@ -225,6 +242,20 @@ def test_a_record_that_is_not_whole_raises_value_error():
             decode_message(b"\x00" * 5 + bytes(bad), 5)
     with pytest.raises(ValueError):
         decode_message(to_v2(rec)[:-1])
+
+
+@pytest.mark.parametrize("first", ["body", "topic", "queue_offset", "store_host", "msg_id", "write", "eq"])
+def test_a_pulled_record_that_is_not_whole_raises_value_error_at_its_first_read(first):
+    rec = record()
+    for bad in [*damaged(rec), to_v2(rec)[:-1], b"", b"\x00" * 30]:
+        (m,) = pulled_messages([bytes(bad)])
+        with pytest.raises(ValueError):
+            if first == "write":
+                m.flag = 1
+            elif first == "eq":
+                m == eager_decode(rec)
+            else:
+                getattr(m, first)
 
 
 def test_a_body_crc_mismatch_raises_only_when_checked():
