@@ -9,6 +9,10 @@ below their high-water mark. A request not answered within its timeout fails wit
 `TimeoutError`; the next request then says `hello` again (re-reading `<store>/run/address`
 when the connection was made from a store directory) and reopens every socket whose endpoint
 changed. A service restarted on the same endpoint needs nothing: ZeroMQ reconnects by itself.
+The appender socket queues requests only on a completed connection (ZMQ_IMMEDIATE): while the
+appender is unreachable a put waits for it, trying every UNREACHABLE_RETRY_S, up to its
+timeout (then TimeoutError, nothing sent), and puts queued on a connection that breaks are
+dropped, never delivered to the store after they failed.
 
 Threading. Sockets are used only under `_sock_lock`, never while blocking. A thread that
 needs a reply becomes the *leader*: it polls the sockets' ZMQ_FD descriptors (no lock held),
@@ -50,6 +54,7 @@ DEFAULT_TIMEOUT = 10.0          # seconds; above the server's default sync_flush
 DEFAULT_WINDOW = 1024           # requests in flight per connection
 IDLE_POLL_S = 0.1               # longest sleep of a leader, so that deadlines are checked
 RECONNECT_INTERVAL_S = 1.0
+UNREACHABLE_RETRY_S = 0.005     # how often a send tries again while its peer is not connected
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -129,33 +134,44 @@ class Connection:
         deadline = now + timeout
         if user:
             self._last_user_io = now
-        with self._sock_lock:
-            sock = self._socks.get(name)
-            if sock is None:
-                raise ConnectionClosed("connection closed") if self._closed else KeyError(name)
-            rid = next(self._rids)
-            env = {"op": op, "rid": rid}
-            if fields:
-                env.update(fields)
-            self._pending[rid] = (fut, deadline, name, transform, op)
-            self._busy[name] = self._busy.get(name, 0) + 1
-            if deadline < self._next_expiry:
-                self._next_expiry = deadline
-            try:
-                if frames:
-                    sock.send(pack(env), _SNDMORE_NOBLOCK)
-                    for frame in frames[:-1]:
-                        sock.send(frame, _SNDMORE_NOBLOCK)
-                    sock.send(frames[-1], _NOBLOCK)
+        while True:
+            with self._sock_lock:
+                sock = self._socks.get(name)
+                if sock is None:
+                    raise ConnectionClosed("connection closed") if self._closed else KeyError(name)
+                rid = next(self._rids)
+                env = {"op": op, "rid": rid}
+                if fields:
+                    env.update(fields)
+                self._pending[rid] = (fut, deadline, name, transform, op)
+                self._busy[name] = self._busy.get(name, 0) + 1
+                if deadline < self._next_expiry:
+                    self._next_expiry = deadline
+                try:
+                    if frames:
+                        sock.send(pack(env), _SNDMORE_NOBLOCK)
+                        for frame in frames[:-1]:
+                            sock.send(frame, _SNDMORE_NOBLOCK)
+                        sock.send(frames[-1], _NOBLOCK)
+                    else:
+                        sock.send(pack(env), _NOBLOCK)
+                except zmq.Again:                    # not connected (IMMEDIATE), or the queue is full
+                    del self._pending[rid]
+                    self._busy[name] -= 1
                 else:
-                    sock.send(pack(env), _NOBLOCK)
-            except zmq.Again:
-                del self._pending[rid]
-                self._busy[name] -= 1
-                raise ConnectionError(f"{op}: send queue to {self.endpoints.get(name, name)} is full") from None
-            # The send may have consumed this socket's ZMQ_FD edge: drain for a leader that sleeps
-            # on it. With no leader the next one drains before it sleeps (it takes _sock_lock).
-            done = self._drain_locked((sock,)) if self._leader is not None else ()
+                    # The send may have consumed this socket's ZMQ_FD edge: drain for a leader that
+                    # sleeps on it. With no leader the next one drains before it sleeps.
+                    done = self._drain_locked((sock,)) if self._leader is not None else ()
+                    break
+            left = deadline - time.monotonic()
+            if not user or left <= 0:
+                self._suspect = True
+                where = f"{name} at {self.endpoints.get(name, name)}"
+                if not user:
+                    raise ConnectionError(f"{op}: {where} is not connected or its send queue is full")
+                raise TimeoutError(f"{op}: {where} was not reachable (or its send queue stayed full) "
+                                   f"for {timeout}s; nothing was sent")
+            time.sleep(min(UNREACHABLE_RETRY_S, left))
         if done:
             self._complete(done)
         return fut
@@ -338,6 +354,11 @@ class Connection:
     def _open(self, name: str, endpoint: str) -> None:
         sock = make_socket(self._ctx, zmq.DEALER)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        if name == "appender":
+            # Queue puts only on a completed connection, and drop the queue when it breaks: a
+            # put sent while the store is down then fails (and is retried) instead of staying
+            # queued here and being stored after its send already failed (a zombie message).
+            sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.connect(endpoint)
         failed = []
         with self._sock_lock:

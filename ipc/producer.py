@@ -20,9 +20,11 @@ comprehension of small maps. Sync sends retry `retries` times on SERVICE_NOT_AVA
 OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a retried
 message can be told apart from a new one: at-least-once delivery); each attempt has the
 send's `timeout`, and one that timed out is sent again after a new hello, so that a store
-restarted on other ports is followed. A send that failed may still be stored: ZeroMQ keeps
-a request queued while the store is unreachable and delivers it when the store is back
-(consumers that must not see a message twice deduplicate by UNIQ_KEY, as with RocketMQ).
+restarted on other ports is followed. While the appender is unreachable a send waits for it
+(up to its timeout) and nothing stays queued in the client: a send that failed that way is
+never stored later. One whose reply was lost (the store died after storing it, or answered
+too late) may be stored and then sent again, so delivery is at least once: consumers that
+must not see a message twice deduplicate by UNIQ_KEY, as with RocketMQ.
 """
 from __future__ import annotations
 
@@ -378,7 +380,8 @@ class Producer:
     def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
                    sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None):
         """Send one message; a Future of its SendResult. Many may be in flight; with `window`
-        requests in flight this waits for a reply first (TimeoutError after `timeout`)."""
+        requests in flight this waits for a reply first, and while the store's appender is
+        unreachable it waits for it (TimeoutError after `timeout`, the message not sent)."""
         qid = self.select_queue(topic, queue_id, sharding_key)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, qid, flag, wait)
         return self._conn.request("appender", "put", fields, frames, timeout,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ import psutil
 import pytest
 
 from ipc.control_block import read_control_name
+from supervisor.runtime import free_port
 from tests.integration.harness import RawClient
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +37,23 @@ TINY_TOML = {
     "flush_consume_queue_thorough_interval": 50,
 }
 READY = "mqstore ready at "
+
+
+def free_port_block() -> int:
+    """A port P with P, P+2 and P+3 free (the front door, appender and reader), for a store
+    that must come back on the same ports; picked as `--port 0` picks (below the ephemeral range)."""
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+    for _ in range(100):
+        port = free_port("127.0.0.1")
+        if port + 3 <= 65535 and free(port + 2) and free(port + 3):
+            return port
+    raise AssertionError("no block of free ports")
 
 
 def write_toml(path: str, values: dict) -> str:

@@ -23,7 +23,7 @@ from ipc.connection import MQError
 from ipc.producer import shard_queue
 from ipc.protocol import ErrorCode
 from tests.integration.harness import wait_for
-from tests.integration.supervised import REPO, SupervisedStore
+from tests.integration.supervised import REPO, SupervisedStore, free_port_block
 
 CONFIG = {"mapped_file_size_commitlog": 512 * 1024, "max_message_size": 128 * 1024}
 
@@ -344,6 +344,28 @@ def test_producer_rides_over_a_killed_appender(tmp_path):
         with Consumer(store=s.root, group="g", topic="ride") as c:
             got = consume(c, 2)
         assert [m.body for m in got].count(b"after") >= 1 and b"before" in [m.body for m in got]
+    finally:
+        s.ensure_stopped()
+
+
+def test_a_put_that_failed_while_the_store_was_down_is_not_stored_when_it_is_back(tmp_path):
+    """A send that timed out because the store was down is not kept queued in the client and
+    delivered once the store is back on the same ports (it was, before ZMQ_IMMEDIATE)."""
+    port = free_port_block()
+    s = SupervisedStore(tmp_path, "zombie", **CONFIG).start("--port", str(port))
+    try:
+        with Producer(s.address, timeout=1.0, retries=0) as p:
+            assert p.send("zombie", b"before", queue_id=0).ok
+            assert s.stop() == 0
+            with pytest.raises(TimeoutError):
+                p.send("zombie", b"failed", queue_id=0)
+            s.start("--port", str(port))
+            assert s.address == f"tcp://127.0.0.1:{port}"
+            after = p.send("zombie", b"after", queue_id=0)
+            assert after.ok and after.queue_offset == 1
+        with Consumer(s.address, "g", "zombie") as c:
+            got = consume(c, 3, timeout=3.0)
+        assert [m.body for m in got] == [b"before", b"after"]
     finally:
         s.ensure_stopped()
 

@@ -11,28 +11,9 @@ import socket
 import pytest
 
 from ipc.admin import Admin
-from tests.integration.supervised import SupervisedStore
+from tests.integration.supervised import SupervisedStore, free_port_block
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block() -> int:
-    """A port P with P, P+2 and P+3 free (the front door, appender and reader)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 3 <= 65535 and _free(port) and _free(port + 2) and _free(port + 3):
-            return port
-    raise AssertionError("no block of free ports")
 
 
 def decode_msg_id(msg_id: str) -> tuple[str, int, int]:
