@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from core import fsck
 from supervisor.cli import (
     EXIT_CODES_HELP, EXIT_OK, EXIT_PROBLEMS, UsageError, add_store_options, store_config,
 )
@@ -46,6 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from core import fsck                       # numpy: only for the commands that check
     cfg = store_config(args)
     bar = ProgressBar("checking")
     try:

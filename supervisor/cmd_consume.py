@@ -98,8 +98,11 @@ def run(args) -> int:
     stopping = threading.Event()          # Ctrl-C / SIGTERM: finish printing this batch, commit
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        # Without --follow an empty queue is the end: the reader answers at once instead of
+        # holding the pull for a long poll.
         consumer = Consumer(address, args.group, args.topic, queues=queues, tag_filter=args.tag_filter,
-                            start=args.start, auto_commit=not args.no_commit, timeout=args.timeout)
+                            start=args.start, auto_commit=not args.no_commit, timeout=args.timeout,
+                            **({} if args.follow else {"long_poll_ms": 0}))
         while (args.max is None or count < args.max) and not stopping.is_set():
             left = None if args.max is None else args.max - count
             msgs = consumer.poll(POLL_MS, max_records=left)

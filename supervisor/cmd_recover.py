@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 
-from core import fsck
 from core.config import ConfigError
 from core.mapped_file_queue import StoreLoadError
 from core.store_files import StoreLockedError
@@ -42,6 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from core import fsck                       # numpy: only for the commands that check
     given = store_config(args)
     cfg, notes = fsck.resolve_config(given.store_path_root_dir, given)
     if not os.path.isdir(cfg.commitlog_dir):

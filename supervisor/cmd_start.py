@@ -34,8 +34,6 @@ import sys
 
 from core.config import StoreConfig
 from supervisor.cli import EXIT_USAGE, add_store_options, configured, store_config
-from supervisor.daemon import Supervisor
-from supervisor.metrics import Metrics
 from supervisor.progress import ProgressBar
 
 
@@ -87,6 +85,8 @@ def run(args) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config)
+    from supervisor.daemon import Supervisor   # not imported by the other commands
+    from supervisor.metrics import Metrics
     metrics = Metrics(args.metrics_port, args.host) if args.metrics_port is not None else None
     sup = Supervisor(config, host=args.host, port=config.listen_port, metrics=metrics,
                      progress=ProgressBar("recovering", stream=sys.stderr), out=sys.stdout,
