@@ -32,6 +32,10 @@ class ConnectionClosed(ConnectionError):
     """The connection was closed, or a socket was replaced, before the reply came."""
 
 
+class PeerUnreachable(TimeoutError):
+    """A request's peer stayed unreachable until the request's deadline: nothing was sent."""
+
+
 def normalize_address(address: str) -> str:
     """`host:port` or `tcp://host:port` -> `tcp://host:port` (other transports kept as given)."""
     address = address.strip()

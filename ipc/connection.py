@@ -42,8 +42,8 @@ import zmq
 from core.heap import keep_freed_heap
 from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
-    DEFAULT_STORE, ConnectionClosed, MQError, ReplyFuture, normalize_address, raise_for_error,
-    reachable_endpoint, resolve_address,
+    DEFAULT_STORE, ConnectionClosed, MQError, PeerUnreachable, ReplyFuture, normalize_address,
+    raise_for_error, reachable_endpoint, resolve_address,
 )
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
 from ipc.sockets import make_socket
@@ -169,7 +169,7 @@ class Connection:
                 where = f"{name} at {self.endpoints.get(name, name)}"
                 if not user:
                     raise ConnectionError(f"{op}: {where} is not connected or its send queue is full")
-                raise TimeoutError(f"{op}: {where} was not reachable (or its send queue stayed full) "
+                raise PeerUnreachable(f"{op}: {where} was not reachable (or its send queue stayed full) "
                                    f"for {timeout}s; nothing was sent")
             time.sleep(min(UNREACHABLE_RETRY_S, left))
         if done:

@@ -21,10 +21,12 @@ OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a 
 message can be told apart from a new one: at-least-once delivery); each attempt has the
 send's `timeout`, and one that timed out is sent again after a new hello, so that a store
 restarted on other ports is followed. While the appender is unreachable a send waits for it
-(up to its timeout) and nothing stays queued in the client: a send that failed that way is
-never stored later. One whose reply was lost (the store died after storing it, or answered
-too late) may be stored and then sent again, so delivery is at least once: consumers that
-must not see a message twice deduplicate by UNIQ_KEY, as with RocketMQ.
+(up to its timeout) and nothing stays queued in the client, so a send that failed that way is
+never stored later; it is tried again only when a new hello is answered, so that a send to a
+stopped store fails after one timeout and one hello (PeerUnreachable, a TimeoutError). A send
+whose reply was lost (the store died after storing it, or answered too late) may be stored
+and then sent again, so delivery is at least once: consumers that must not see a message
+twice deduplicate by UNIQ_KEY, as with RocketMQ.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ import weakref
 from core.hashing import java_hash
 from core.message import Message
 from core.status import PutMessageStatus
-from ipc.connection import Connection, MQError
+from ipc.connection import Connection, MQError, PeerUnreachable
 from ipc.protocol import ERROR, ErrorCode
 
 UNIQ_KEY = "UNIQ_KEY"
@@ -417,6 +419,12 @@ class Producer:
         while True:
             try:
                 result = self._conn.request("appender", op, fields, frames, timeout, transform).result()
+            except PeerUnreachable:
+                # Nothing was sent: try again only if the front door answers a new hello (the
+                # store may have moved to other ports), not once more per retry against a
+                # store that is down.
+                if attempt >= self.retries or self._conn.closed or not self._conn.reconnect():
+                    raise
             except (TimeoutError, ConnectionError):
                 if attempt >= self.retries or self._conn.closed:
                     raise

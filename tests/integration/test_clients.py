@@ -19,7 +19,7 @@ import pytest
 from core.message import Message
 from core.status import PutMessageStatus
 from ipc import Admin, Consumer, Producer
-from ipc.connection import MQError
+from ipc.connection import MQError, PeerUnreachable
 from ipc.producer import shard_queue
 from ipc.protocol import ErrorCode
 from tests.integration.harness import wait_for
@@ -366,6 +366,24 @@ def test_a_put_that_failed_while_the_store_was_down_is_not_stored_when_it_is_bac
         with Consumer(s.address, "g", "zombie") as c:
             got = consume(c, 3, timeout=3.0)
         assert [m.body for m in got] == [b"before", b"after"]
+    finally:
+        s.ensure_stopped()
+
+
+def test_a_send_to_a_stopped_store_is_one_attempt_and_one_hello(tmp_path):
+    """Nothing can be sent while the store is down: the send fails after its timeout and one
+    unanswered hello, instead of waiting its whole timeout once more for every retry."""
+    s = SupervisedStore(tmp_path, "down", **CONFIG).start()
+    try:
+        with Producer(s.address, timeout=1.0, retries=4) as p:
+            assert p.send("down", b"up").ok
+            assert s.stop() == 0
+            conn, sent = p.connection, []
+            request = conn.request
+            conn.request = lambda name, op, *a, **k: (sent.append(op), request(name, op, *a, **k))[1]
+            with pytest.raises(PeerUnreachable):
+                p.send("down", b"lost")
+            assert sent == ["put", "hello"]
     finally:
         s.ensure_stopped()
 
