@@ -169,8 +169,8 @@ class Connection:
                 where = f"{name} at {self.endpoints.get(name, name)}"
                 if not user:
                     raise ConnectionError(f"{op}: {where} is not connected or its send queue is full")
-                raise PeerUnreachable(f"{op}: {where} was not reachable (or its send queue stayed full) "
-                                   f"for {timeout}s; nothing was sent")
+                raise PeerUnreachable(f"{op}: {where} was not reachable (or its send queue stayed "
+                                      f"full) for {timeout}s; nothing was sent")
             time.sleep(min(UNREACHABLE_RETRY_S, left))
         if done:
             self._complete(done)
