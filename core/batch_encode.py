@@ -30,10 +30,10 @@ from itertools import chain
 import numpy as np
 
 from core.codec import (
-    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, uniq_key_at,
+    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
 )
 from core.crc import crc32
-from core.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, has_delay_level
+from core.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
 _U8 = np.uint8
@@ -161,12 +161,31 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
                           store_host_bytes: bytes | None = None, uniq_keys: list | None = None,
                           block=None):
     """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
-    record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus."""
-    if msg.properties and PROPERTY_DELAY in msg.properties and has_delay_level(msg.properties):
+    record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus. As
+    RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL)."""
+    if has_delay_level(msg.properties):
         return PutMessageStatus.MESSAGE_ILLEGAL
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
     if recs is None:
         recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, uniq_keys)
+    if recs.__class__ is not PutMessageStatus and \
+            (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return recs
+
+
+def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = None):
+    """A batch whose messages differ in more than body and UNIQ_KEY, each prepared on its own
+    (`core.codec.prepare_record`); or the PutMessageStatus refusing it, under the batch rules
+    of `prepare_batch_records` (no delay level, no transaction)."""
+    recs = []
+    for m in msgs:
+        rec = prepare_record(m, max_message_size, store_host_bytes)
+        if rec.__class__ is PutMessageStatus:
+            return rec
+        if rec.sys_flag & SYSFLAG_TRANSACTION_MASK or has_delay_level(m.properties):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        recs.append(rec)
     return recs
 
 

@@ -228,17 +228,6 @@ class ReputService(ServiceThread):
         self.store.flags.set(WRITE_LOGICS_QUEUE_ERROR)
 
 
-def discard_unwritten(fileops, paths, logger) -> None:
-    """Delete the segments among `paths` that were never written to (shared by the allocator
-    process, which keeps the same set)."""
-    for path in sorted(paths):
-        try:
-            if fileops.unlink_unwritten(path):
-                logger.info("deleted %s, made ahead and never used", os.path.basename(path))
-        except OSError as e:
-            logger.warning("could not delete %s made ahead: %s", path, e)
-
-
 class AllocateService(ServiceThread):
     """Creates segments ahead of need; `allocate(path, next_path)` is the queue's allocator.
     `discard_ahead()` (at shutdown) deletes the segments made ahead that the queue never asked
@@ -291,7 +280,7 @@ class AllocateService(ServiceThread):
     def discard_ahead(self) -> None:
         """Delete the segments made ahead and never asked for; call once the thread stopped."""
         with self._creating:
-            discard_unwritten(self.fileops, self._ahead, log)
+            self.fileops.discard_unwritten(self._ahead, log)
             self._ahead.clear()
 
     def _warm(self, path: str) -> None:

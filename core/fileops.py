@@ -167,6 +167,16 @@ class FileOps:
         self.unlink(path)
         return True
 
+    def discard_unwritten(self, paths, logger) -> None:
+        """`unlink_unwritten` each of `paths` (segments made ahead and never asked for),
+        logging what was deleted and what could not be."""
+        for path in sorted(paths):
+            try:
+                if self.unlink_unwritten(path):
+                    logger.info("deleted %s, made ahead and never used", os.path.basename(path))
+            except OSError as e:
+                logger.warning("could not delete %s made ahead: %s", path, e)
+
     def unlink_soon(self, path: str) -> None:
         """Remove `path` from its directory now, durably, and free its blocks in a background
         thread: unlinking a large cached file (a 420 MB index file) takes a good part of a

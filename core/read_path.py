@@ -103,9 +103,14 @@ class StoreReader:
         scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
-                                    cq.roll_next_file(offset) if self.correct else offset, lo, hi)
+            return self.found_null(cq, offset, lo, hi)
         return self._collect(raw, offset, max_msgs, tag_filter, lo, hi)
+
+    def found_null(self, cq, offset, lo, hi) -> GetMessageResult:
+        """OFFSET_FOUND_NULL: `offset` is inside [lo, hi) but its consume-queue file is gone;
+        the next offset is the next file's first (as requested, where offsets are not corrected)."""
+        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
+                                cq.roll_next_file(offset) if self.correct else offset, lo, hi)
 
     def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> GetMessageResult:
         codes = subscription_codes(tag_filter)

@@ -16,7 +16,7 @@ import time
 from operator import attrgetter, itemgetter
 
 from core.checkpoint import StoreCheckpoint
-from core.batch_encode import PreparedBatch, prepare_batch_records
+from core.batch_encode import prepare_batch_records, prepare_each
 from core.commitlog import CommitLog, append_status_to_put
 from core.config import ConfigError, StoreConfig, check_store_format
 from core.consume_queue_store import ConsumeQueueStore
@@ -24,7 +24,7 @@ from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
-from core.message import PROPERTY_UNIQ_KEY, Message, has_delay_level
+from core.message import PROPERTY_UNIQ_KEY, Message
 from core.read_path import StoreReader
 from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
@@ -299,21 +299,12 @@ class MessageStore:
         if shared is not None:
             recs = prepare_batch_records(shared[0], bodies, self.config.max_message_size,
                                          self.commitlog.store_host_bytes, shared[1])
-            if recs.__class__ is PutMessageStatus:
-                return PutMessageResult(recs)
-            if (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & 0xC:
-                return PutMessageResult(S.MESSAGE_ILLEGAL)
-            return self._append(recs, first)
-        recs = []
-        for m in msgs:
-            if m.topic != first.topic or m.queue_id != first.queue_id:
-                return PutMessageResult(S.MESSAGE_ILLEGAL)
-            rec = self.commitlog.prepare(m)
-            if isinstance(rec, PutMessageStatus):
-                return PutMessageResult(rec)
-            if rec.sys_flag & 0xC or has_delay_level(m.properties):   # no transactions or delays
-                return PutMessageResult(S.MESSAGE_ILLEGAL)
-            recs.append(rec)
+        elif any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
+            return PutMessageResult(S.MESSAGE_ILLEGAL)
+        else:
+            recs = prepare_each(msgs, self.config.max_message_size, self.commitlog.store_host_bytes)
+        if recs.__class__ is PutMessageStatus:
+            return PutMessageResult(recs)
         return self._append(recs, first)
 
     def _append(self, recs, first) -> PutMessageResult:

@@ -45,12 +45,6 @@ log = logging.getLogger("mqstore.consumer")
 DISCOVER_INTERVAL_S = 30.0    # how often the topic's queue count is checked again
 
 
-def parse_tag_filter(expression: str | None) -> frozenset | None:
-    """The tags a subscription expression accepts; None for everything (the store's rule,
-    core.subscription)."""
-    return subscription_tags(expression)
-
-
 class Consumer:
     """Consumes `topic` for consumer `group`. Iterate it (`for msg in consumer:`, long
     polling forever) or call `poll(timeout_ms)`."""
@@ -71,7 +65,7 @@ class Consumer:
         self.topic = topic
         self.start = start
         self.tag_filter = tag_filter
-        self._tags = parse_tag_filter(tag_filter)
+        self._tags = subscription_tags(tag_filter)        # the store's rule, re-checked here
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval_ms / 1000.0
         self.max_msgs = max_msgs

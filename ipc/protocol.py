@@ -61,11 +61,15 @@ def decode_frame0(frames: list) -> dict:
     return env
 
 
+def _is_rid(value) -> bool:
+    """Whether `value` can be a request id: any integer, and a bool is not one."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def readable_rid(env) -> int:
-    """The `rid` a reply to `env` carries: its `rid` when that is an integer (any integer, a
-    bool is not one), else 0."""
+    """The `rid` a reply to `env` carries: its `rid` when that is an integer, else 0."""
     rid = env.get("rid") if isinstance(env, dict) else None
-    return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+    return rid if _is_rid(rid) else 0
 
 
 def check_envelope(env: dict) -> None:
@@ -75,7 +79,7 @@ def check_envelope(env: dict) -> None:
     rid = env.get("rid")
     if rid is None:
         raise ProtocolError(ErrorCode.BAD_FIELD, "missing field 'rid'")
-    if not isinstance(rid, int) or isinstance(rid, bool):
+    if not _is_rid(rid):
         raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'rid' must be an integer, got {type(rid).__name__}")
 
 
@@ -87,8 +91,7 @@ def decode_request(frames: list) -> tuple[dict, list]:
 
 
 def error_reply(rid, code: ErrorCode, reason: str) -> list:
-    rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
-    return [pack({"rid": rid, "status": ERROR, "code": int(code), "reason": reason})]
+    return [pack({"rid": rid if _is_rid(rid) else 0, "status": ERROR, "code": int(code), "reason": reason})]
 
 
 def reply(rid: int, status: str, fields: dict | None = None, frames: list | None = None) -> list:

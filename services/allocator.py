@@ -26,7 +26,6 @@ import time
 
 import zmq
 
-from core.embedded_services import discard_unwritten
 from core.fileops import REAL_FILE_OPS
 from ipc.control_block import Word
 from ipc.protocol import OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack
@@ -153,7 +152,7 @@ class Allocator(ServiceLoop):
         self._created()
 
     def close(self) -> None:
-        discard_unwritten(self.fileops, self.ahead, log)   # RocketMQ drops its pre-allocated files
+        self.fileops.discard_unwritten(self.ahead, log)   # RocketMQ drops its pre-allocated files
         self.sock.close(0)
         super().close()
 

@@ -36,11 +36,9 @@ import time
 
 import zmq
 
-from core.batch_encode import prepare_batch_records
-from core.codec import prepare_record
+from core.batch_encode import prepare_batch_records, prepare_each
 from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
-from core.message import has_delay_level
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
 from core.topics import TopicTable, queue_count_problem, topic_name_problem
@@ -363,16 +361,9 @@ class Appender(ServiceLoop):
         if not batch:                                         # one message: its record's bytes
             msgs[0].queue_id = qid
             return encode_record(msgs[0], max_size, host)
-        recs = []
         for m in msgs:
             m.queue_id = qid
-            rec = prepare_record(m, max_size, host)
-            if rec.__class__ is PutMessageStatus:
-                return rec
-            if has_delay_level(m.properties):                  # RocketMQ: no delay in a batch
-                return PutMessageStatus.MESSAGE_ILLEGAL
-            recs.append(rec)
-        return recs
+        return prepare_each(msgs, max_size, host)
 
     @staticmethod
     def _topic_name(env: dict) -> str:

@@ -142,8 +142,7 @@ class BatchStoreReader(StoreReader):
         scan_units = max(self.config.max_filter_message_size, max_msgs * UNIT_SIZE) // UNIT_SIZE
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
-            return GetMessageResult(S.OFFSET_FOUND_NULL, cq.roll_next_file(offset) if self.correct else offset,
-                                    lo, hi), 1
+            return self.found_null(cq, offset, lo, hi), 1
         return self._collect(raw, offset, max_msgs, tag_filter, lo, hi), 1
 
     def _plain_pull(self, cq, offset, max_msgs, lo, hi, views=False, repeat=1,

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from core.topics import MAX_QUEUES
+from core.topics import MAX_QUEUES, queue_count_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from supervisor.cli import UsageError
@@ -65,7 +65,7 @@ def _print(rows: list, with_offsets: bool) -> None:
 
 
 def run(args) -> int:
-    if not 1 <= args.queues <= MAX_QUEUES:
+    if queue_count_problem(args.queues):
         raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
     try:
         with Admin(locate(args)[0]) as admin:

@@ -131,7 +131,7 @@ class Metrics:
                 counts = event.get(name)
                 if isinstance(counts, dict):
                     for topic, n in counts.items():
-                        if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
+                        if _number(n) and n > 0:
                             into[str(topic)] = into.get(str(topic), 0) + n
             by_status = event.get("latency")
             sums = event.get("latency_sum_ms")

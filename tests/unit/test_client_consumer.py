@@ -10,7 +10,8 @@ import pytest
 
 from core.codec import encode_message
 from core.message import Message
-from ipc.consumer import Consumer, parse_tag_filter
+from core.subscription import subscription_tags as parse_tag_filter
+from ipc.consumer import Consumer
 from tests.unit.scripted_peer import Peer
 
 
