@@ -104,11 +104,14 @@ def _host_bytes(host) -> tuple[bytes, bool]:
 
 
 def _topic_head(topic: str) -> bytes:
-    """TOPICLENGTH + TOPIC, cached per topic; b"" for an illegal topic."""
+    """TOPICLENGTH + TOPIC, cached per topic; b"" for an illegal topic. Besides RocketMQ's
+    length rule a topic must be one directory name (consumequeue/<topic>/): no NUL, no "/",
+    not "." or "..", which would put its consume queues elsewhere or outside the store."""
     head = _TOPICS.get(topic)
     if head is None:
         topic_b = topic.encode("utf-8")
-        legal = 0 < len(topic_b) <= MAX_TOPIC_BYTES and b"\x00" not in topic_b
+        legal = 0 < len(topic_b) <= MAX_TOPIC_BYTES and b"\x00" not in topic_b \
+            and b"/" not in topic_b and topic_b not in (b".", b"..")
         head = bytes((len(topic_b),)) + topic_b if legal else b""
         if len(_TOPICS) < 65536:
             _TOPICS[topic] = head
