@@ -42,6 +42,8 @@ RUNTIME_KEYS = (
     "max_transfer_bytes_on_message_in_memory", "max_transfer_count_on_message_in_disk",
     "max_transfer_bytes_on_message_in_disk", "file_reserved_time", "delete_file_batch_max",
 )
+# RocketMQ's CommitLog.updateMaxMessageSize takes a changed maxMessageSize only from 10 up.
+MIN_DYNAMIC_MAX_MESSAGE_SIZE = 10
 S = PutMessageStatus
 _PUT_OK = S.PUT_OK
 _APPENDED = AppendMessageStatus.PUT_OK
@@ -147,14 +149,16 @@ class MessageStore:
         The keys RocketMQ reads on every put, pull or clean-up (`RUNTIME_KEYS`: the message size
         limit, the page-cache busy timeout, the sync flush timeout, the pull limits, retention)
         take effect at once; a change to any other key raises ConfigError, since the store's
-        files, threads and modes were set up with it."""
+        files, threads and modes were set up with it. As RocketMQ's CommitLog, a new message
+        size limit below `MIN_DYNAMIC_MAX_MESSAGE_SIZE` is ignored: the previous one stays."""
         fixed = [f.name for f in dataclasses.fields(StoreConfig)
                  if f.name not in RUNTIME_KEYS and getattr(new, f.name) != getattr(self._config, f.name)]
         if fixed:
             raise ConfigError(f"{', '.join(fixed)} cannot change while the store is open (only "
                               f"{', '.join(RUNTIME_KEYS)} can); close it and open it again", fixed[0])
         self._config = self.commitlog.config = self.reader.config = new
-        self.commitlog.max_message_size = new.max_message_size
+        if new.max_message_size >= MIN_DYNAMIC_MAX_MESSAGE_SIZE:
+            self.commitlog.max_message_size = new.max_message_size
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -293,16 +297,17 @@ class MessageStore:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         first = msgs[0]
         bodies = list(map(_BODY, msgs))
-        if _bodies_size(bodies) > self.config.max_message_size:
+        max_size = self.commitlog.max_message_size        # the limit in force (see `config`)
+        if _bodies_size(bodies) > max_size:
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         shared = _batch_template(msgs)
         if shared is not None:
-            recs = prepare_batch_records(shared[0], bodies, self.config.max_message_size,
+            recs = prepare_batch_records(shared[0], bodies, max_size,
                                          self.commitlog.store_host_bytes, shared[1])
         elif any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         else:
-            recs = prepare_each(msgs, self.config.max_message_size, self.commitlog.store_host_bytes)
+            recs = prepare_each(msgs, max_size, self.commitlog.store_host_bytes)
         if recs.__class__ is PutMessageStatus:
             return PutMessageResult(recs)
         return self._append(recs, first)
