@@ -108,8 +108,11 @@ def string_to_properties(s: str) -> dict:
 
 
 def host_to_bytes(host: tuple) -> tuple[bytes, bool]:
-    """(address, port) as RocketMQ stores it: raw address bytes then int32 port; and whether IPv6."""
+    """(address, port) as RocketMQ stores it: raw address bytes then int32 port; and whether IPv6.
+    An IPv4-mapped IPv6 address is IPv4, as Java's InetAddress makes it."""
     addr = ipaddress.ip_address(host[0])
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
     return addr.packed + struct.pack(">i", int(host[1])), addr.version == 6
 
 

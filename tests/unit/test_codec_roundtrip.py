@@ -22,11 +22,13 @@ def utf8_len_between(lo, hi):
 
 plain_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
                      min_size=1, max_size=12)
-topics = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                 min_size=1, max_size=127).filter(utf8_len_between(1, 127))
+topics = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"),
+                 min_size=1, max_size=127).filter(utf8_len_between(1, 127)).filter(
+    lambda t: t not in (".", ".."))
 key_tokens = st.text(st.characters(blacklist_categories=("Cs",),
                                    blacklist_characters="\x01\x02 "), min_size=1, max_size=10)
-hosts = st.tuples(st.ip_addresses().map(str), st.integers(0, 65535))
+hosts = st.tuples(st.ip_addresses().filter(
+    lambda a: a.version == 4 or a.ipv4_mapped is None).map(str), st.integers(0, 65535))
 int32 = st.integers(-(1 << 31), (1 << 31) - 1)
 int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 

@@ -65,9 +65,10 @@ def to_v2(rec: bytes) -> bytes:
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
                min_size=1, max_size=10)
-topics = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                 min_size=1, max_size=40).filter(lambda s: len(s.encode()) <= 127)
-hosts = st.tuples(st.ip_addresses().map(str), st.integers(0, 65535))
+topics = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"),
+                 min_size=1, max_size=40).filter(lambda s: len(s.encode()) <= 127 and s not in (".", ".."))
+hosts = st.tuples(st.ip_addresses().filter(
+    lambda a: a.version == 4 or a.ipv4_mapped is None).map(str), st.integers(0, 65535))
 int32 = st.integers(-(1 << 31), (1 << 31) - 1)
 int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
