@@ -1,6 +1,7 @@
 """Socket helpers shared by services and clients: endpoint names under a store's `run/`
 directory, and sockets set up the way DESIGN.md section 4 requires (ROUTER_MANDATORY, raised
-high-water marks, no linger on close)."""
+high-water marks, no linger on close) and able to bind and connect to IPv6 addresses as well as
+IPv4 ones (ZMQ_IPV6: without it ZeroMQ refuses a `tcp://[::1]:P` endpoint)."""
 from __future__ import annotations
 
 import hashlib
@@ -26,6 +27,7 @@ def make_socket(ctx: zmq.Context, kind: int, *, router_mandatory: bool = True) -
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.IPV6, 1)
     if kind == zmq.ROUTER and router_mandatory:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     return sock
