@@ -15,8 +15,9 @@ keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON 
 line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
 timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
 standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
-an error stopped the read, 2 for a bad option value (`--queues` naming a queue the topic does
-not have among them; a topic that does not exist yet is not checked).
+an error stopped the read, 2 for a bad option value (a topic or group name the store would
+refuse, or `--queues` naming a queue the topic does not have; a topic that does not exist yet
+is not checked).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from ipc.consumer import Consumer
 from ipc.received import message_to_dict
 from supervisor.cli import UsageError
 from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, check_queue_ids, check_queue_range, locate,
+    NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
+    locate,
 )
 
 POLL_MS = 500
@@ -84,6 +86,9 @@ def run(args) -> int:
     queues = _queues(args.queues)
     if args.max is not None and args.max < 0:
         raise UsageError("--max must be >= 0")
+    check_name("--topic", args.topic)
+    check_name("--group", args.group, "group")
+    check_timeout(args.timeout)
     try:
         address = locate(args)[0]
         if queues:

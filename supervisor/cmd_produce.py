@@ -13,7 +13,8 @@ Prints one line per request (`STATUS msgId queue offset`; for a batch the first 
 offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
 message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
 2 for options that do not go together or are out of range (a `--queue` that is not a queue of
-an existing topic among them; a new topic gets the store's `default_topic_queue_nums`).
+an existing topic among them; a new topic gets the store's `default_topic_queue_nums`), a
+`--topic` that is not a legal topic name or a `--file` that cannot be read.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError
 from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, check_queue_ids, check_queue_range, locate,
+    NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
+    locate,
 )
 
 
@@ -81,6 +83,8 @@ def _check_options(args) -> None:
         raise UsageError("--count must be >= 0, --batch and --in-flight >= 1")
     if args.queue is not None:
         check_queue_range("--queue", [args.queue])
+    check_name("--topic", args.topic)
+    check_timeout(args.timeout)
 
 
 def _bodies(args):
@@ -88,8 +92,11 @@ def _bodies(args):
     if args.body is not None:
         return itertools.repeat(args.body.encode("utf-8"), count)
     if args.file is not None:
-        with open(args.file, "rb") as f:
-            data = f.read()
+        try:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise UsageError(f"--file {args.file}: {e.strerror or e}") from None
         return itertools.repeat(data, count)
     return (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
 
@@ -105,11 +112,11 @@ def _line(result) -> str:
 def run(args) -> int:
     _check_options(args)
     props = _properties(args.property)
+    bodies = _bodies(args)
     try:
         address = locate(args)[0]
         if args.queue is not None:
             check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout)
-        bodies = _bodies(args)
     except (ValueError, OSError, NotRunning, TimeoutError, MQError) as e:
         print(f"mqstore produce: {e}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ epoch). `--id` finds one message by its offset message id (the `msgId` that prod
 
 Prints each message as a block of fields, or with `--json` one JSON object per line (as
 `mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
-the store is not running), 2 for --key without --topic.
+the store is not running), 2 for --key without --topic or a value the store would refuse (a
+topic name it does not allow, `--max` below 1, a negative offset or time).
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict
 from supervisor.cli import UsageError
-from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
+
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 def add_parser(subparsers):
@@ -60,9 +63,23 @@ def describe(m) -> str:
     return "\n".join(f"{name + ':':<13}{value}" for name, value in rows)
 
 
-def run(args) -> int:
+def _check_range(option: str, value, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise UsageError(f"{option} {value}: must be within {low}..{high}")
+
+
+def _check_options(args) -> None:
     if args.key is not None and not args.topic:
         raise UsageError("--key needs --topic")
+    if args.topic is not None:
+        check_name("--topic", args.topic)
+    _check_range("--max", args.max, 1, INT32_MAX)
+    for option, value in (("--offset", args.offset), ("--begin", args.begin), ("--end", args.end)):
+        _check_range(option, value, 0, INT64_MAX)
+
+
+def run(args) -> int:
+    _check_options(args)
     try:
         with Admin(locate(args)[0]) as admin:
             if args.key is not None:

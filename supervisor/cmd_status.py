@@ -10,12 +10,14 @@ The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--s
 answered, 1 when it is not running or does not answer, 2 when there is no store directory.
 
 Also here, for every command that talks to a running store: `--store`/`--address`, finding the
-front door (`locate`), one request to it (`call_front`), and the checks of queue ids against
-a topic's queues (`check_queue_ids`).
+front door (`locate`), one request to it (`call_front`), the checks of queue ids against
+a topic's queues (`check_queue_ids`), and of timeouts and names before the store is asked
+(`check_timeout`, `check_name`).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -23,7 +25,7 @@ import psutil
 import zmq
 
 from core.config import ENV_PREFIX
-from core.topics import MAX_QUEUES
+from core.topics import MAX_QUEUES, topic_name_problem
 from ipc.admin import Admin
 from ipc.connection import DEFAULT_STORE
 from ipc.protocol import pack, unpack
@@ -61,6 +63,19 @@ def check_queue_range(option: str, queue_ids) -> None:
     bad = [q for q in queue_ids if not 0 <= q < MAX_QUEUES]
     if bad:
         raise UsageError(f"{option} {','.join(map(str, bad))}: queue ids are 0..{MAX_QUEUES - 1}")
+
+
+def check_timeout(seconds: float, option: str = "--timeout") -> None:
+    """UsageError unless `seconds` is a finite number of seconds above 0."""
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{option} {seconds:g}: must be a number of seconds above 0")
+
+
+def check_name(option: str, name: str, what: str = "topic") -> None:
+    """UsageError unless `name` is a legal topic (or group) name, as the store checks it."""
+    problem = topic_name_problem(name)
+    if problem:
+        raise UsageError(f"{option} {name!r}: {what}{problem[len('topic'):]}")
 
 
 def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float) -> None:
@@ -138,6 +153,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
+    check_timeout(args.timeout)
     require_store_dir(args)
     try:
         address, _pid, _root = locate(args)

@@ -19,8 +19,8 @@ import time
 import psutil
 
 from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, call_front, locate, pid_alive, read_pid, require_store_dir,
-    store_root,
+    NotRunning, add_store_arguments, call_front, check_timeout, locate, pid_alive, read_pid,
+    require_store_dir, store_root,
 )
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -92,6 +92,7 @@ def _stop_recovering(args, start: float) -> int | None:
 
 
 def run(args) -> int:
+    check_timeout(args.timeout)
     require_store_dir(args)
     start = time.monotonic()
     try:

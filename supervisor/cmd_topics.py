@@ -8,7 +8,8 @@ queues (1..1024, default 4), or changes the queue count of an existing one. Topi
 created by the first put, with the store's `default_topic_queue_nums` queues.
 
 Exit status: 0 on success, 1 when the store is not running or refused the request, 2 for a
-`--queues` value outside 1..1024 (found before the store is looked for).
+`--queues` value outside 1..1024 or a `--create` name that is not a legal topic name (found
+before the store is looked for).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from core.topics import MAX_QUEUES, queue_count_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from supervisor.cli import UsageError
-from supervisor.cmd_status import NotRunning, add_store_arguments, locate
+from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
 
 
 def add_parser(subparsers):
@@ -67,6 +68,8 @@ def _print(rows: list, with_offsets: bool) -> None:
 def run(args) -> int:
     if queue_count_problem(args.queues):
         raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
+    if args.create is not None:
+        check_name("--create", args.create)
     try:
         with Admin(locate(args)[0]) as admin:
             if args.create:
