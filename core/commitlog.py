@@ -276,7 +276,7 @@ class CommitLog:
         self._writing = mf
         self._target = mf.write_buffer if mf.write_buffer is not None else buf
         if self._prefault is None and isinstance(buf, mmap.mmap):
-            self._prefault = PrefaultAhead(self.queue)
+            self._prefault = PrefaultAhead(self.queue, sync_flush=self.config.is_sync_flush)
         self._prefault_at = 0
         return mf
 

@@ -15,6 +15,7 @@ import threading
 
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23          # Linux 5.14+; prefaults and dirties a range in C
+MADV_POPULATE_READ = 22           # Linux 5.14+; prefaults a range readable, leaves it clean
 TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted" + TMP_SUFFIX   # a file being deleted in the background
 
