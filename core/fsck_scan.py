@@ -276,12 +276,13 @@ class _Queue:
             self._runs(kind, self.base + idx[sel], lambda a, sel=sel, d=describe: d(sel[a]))
 
     def _check_records(self) -> None:
-        """Every record of this queue at or above its min offset has its entry."""
+        """Every record of this queue still in the log has its entry. Below the queue's min
+        offset only records whose log segments were deleted may be missing: a consume-queue
+        file goes only once every entry in it points below the log's min offset."""
         log = self.log
         recs = log.records_of(self.kid)
-        recs = recs[log.qoff[recs] >= self.base + self.min]
         q = log.qoff[recs]
-        inside = q < self.base + len(self.phys)
+        inside = (q >= self.base) & (q < self.base + len(self.phys))
         present = np.zeros(len(q), bool)
         present[inside] = self.phys[q[inside] - self.base] == log.phys[recs[inside]]
         miss = np.flatnonzero(~present)
@@ -341,6 +342,8 @@ def open_index(cfg, report):
     """The index files a store would load, and a key checker over them (None if it would refuse)."""
     names = sorted(os.listdir(cfg.index_dir)) if os.path.isdir(cfg.index_dir) else []
     expected, good = index_file_size(cfg.max_hash_slot_num, cfg.max_index_num), []
+    report.notes += [f"leftover {os.path.join(cfg.index_dir, n)} (the next load deletes it)"
+                     for n in names if n.endswith(TMP_SUFFIX)]
     for path in (os.path.join(cfg.index_dir, n) for n in names if not n.endswith(TMP_SUFFIX)):
         size = os.path.getsize(path)
         if re.fullmatch(r"\d{17}", os.path.basename(path)) and size == expected:

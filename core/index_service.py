@@ -23,6 +23,7 @@ import time
 from bisect import bisect_left, bisect_right
 from datetime import datetime, timedelta
 
+from core.fileops import TMP_SUFFIX
 from core.hashing import index_key_hashes
 from core.index_file import IndexFile
 from core.message import (
@@ -98,8 +99,9 @@ class IndexService:
             if not os.path.isdir(self.index_dir):
                 return
             self._fileops.remove_leftovers(self.index_dir)
-            names = sorted(n for n in os.listdir(self.index_dir)
-                           if os.path.isfile(os.path.join(self.index_dir, n)))
+            names = sorted(n for n in os.listdir(self.index_dir)     # a read-only load (a check)
+                           if os.path.isfile(os.path.join(self.index_dir, n))  # keeps leftovers:
+                           and not n.endswith(TMP_SUFFIX))                        # skip them
             for name in names:
                 if not _NAME_RE.fullmatch(name):
                     raise ValueError(f"unexpected file {os.path.join(self.index_dir, name)} in the "
