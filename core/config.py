@@ -27,7 +27,9 @@ Decisions beyond RocketMQ:
 
 Format parameters (`FORMAT_KEYS`) decide the byte layout of files already on disk.
 `check_store_format` records them in `config/store_format.json` when a store is created and
-refuses to open the store later with different values.
+refuses to open the store later with different values. A store that has files but no format
+file (lost, or written by RocketMQ) is refused when its files' sizes disagree with the
+configuration, rather than recorded with the wrong values.
 """
 import dataclasses
 import difflib
@@ -433,6 +435,7 @@ def check_store_format(config: StoreConfig, fileops) -> dict:
     path = config.store_format_path
     current = {key: getattr(config, key) for key in FORMAT_KEYS}
     if not os.path.exists(path):
+        _check_files_on_disk(config)         # a store made elsewhere, or its format file lost
         fileops.make_dirs(config.config_dir)
         record = {"version": STORE_FORMAT_VERSION, **current}
         fileops.write_file_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
@@ -456,3 +459,43 @@ def check_store_format(config: StoreConfig, fileops) -> dict:
                 f"of files already written, so the store must be opened with {key} = {created!r} "
                 f"(recorded in {path})", key)
     return {key: record[key] for key in FORMAT_KEYS}
+
+
+def _first_file_size(directory: str, name_re: str) -> tuple[str, int] | None:
+    """(path, size) of the first non-empty file of `directory` named by `name_re`, or None."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    for name in names:
+        path = os.path.join(directory, name)
+        if re.fullmatch(name_re, name) and os.path.isfile(path) and os.path.getsize(path) > 0:
+            return path, os.path.getsize(path)
+    return None
+
+
+def _check_files_on_disk(config: StoreConfig) -> None:
+    """Before recording the format of a store that has no format file: refuse when files
+    already written have other sizes than configured, so that a wrong configuration is not
+    recorded as the store's format (after which the right one would be refused)."""
+    queue = next((os.path.join(config.consumequeue_dir, t, q)
+                  for t in (sorted(os.listdir(config.consumequeue_dir))
+                            if os.path.isdir(config.consumequeue_dir) else [])
+                  if os.path.isdir(os.path.join(config.consumequeue_dir, t))
+                  for q in sorted(os.listdir(os.path.join(config.consumequeue_dir, t)))
+                  if q.isdigit()), None)
+    checks = [("mapped_file_size_commitlog", config.commitlog_dir, r"\d{20}",
+               config.mapped_file_size_commitlog, "CommitLog segments")]
+    if queue is not None:
+        checks.append(("mapped_file_size_consume_queue", queue, r"\d{20}",
+                       config.mapped_file_size_consume_queue, "consume-queue files"))
+    checks.append(("max_hash_slot_num, max_index_num", config.index_dir, r"\d{17}",
+                   config.index_file_size, "index files"))
+    for key, directory, name_re, expected, what in checks:
+        found = _first_file_size(directory, name_re)
+        if found is not None and found[1] != expected:
+            raise StoreFormatError(
+                f"{key}: the store at {config.store_path_root_dir} has no {STORE_FORMAT_FILE} and "
+                f"its {what} are {found[1]} bytes ({found[0]}), but the configuration makes them "
+                f"{expected} bytes; open it with the values it was written with (they are then "
+                f"recorded in {config.store_format_path})", key.split(",")[0])
