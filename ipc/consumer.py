@@ -229,12 +229,17 @@ class Consumer:
         return self.committed()
 
     def seek(self, queue_id: int, offset: int) -> None:
-        """Continue queue `queue_id` at `offset` (buffered messages of that queue are dropped)."""
+        """Continue queue `queue_id` at `offset` (buffered messages of that queue are dropped).
+        A negative offset is refused (ValueError): no queue has one."""
         st = self._states.get(queue_id)
         if st is None:
             raise ValueError(f"queue {queue_id} of {self.topic!r} is not assigned to this consumer")
+        offset = int(offset)
+        if offset < 0:
+            raise ValueError(f"cannot seek queue {queue_id} of {self.topic!r} to offset {offset}: "
+                             f"offsets are >= 0")
         self._pulls.drop(st)
-        st.next_offset = st.position = int(offset)
+        st.next_offset = st.position = offset
         st.caught_up = False
         st.retry_at = 0.0
 

@@ -288,7 +288,10 @@ def _message_meta(m: Message, uniq: str) -> dict:
 
 def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list]:
     """(fields, frames, uniq_keys) of a `put_batch` request. `items` are bodies (bytes or str)
-    or core.Message objects (their tags, keys, properties and flag are kept)."""
+    or core.Message objects (their tags, keys, properties and flag are kept). One body given
+    where the list belongs raises TypeError (a str would be sent one message per character)."""
+    if isinstance(items, (str, bytes, bytearray, memoryview)):
+        raise TypeError("a batch is a list of bodies or Messages, not one body")
     n = len(items)
     if n == 0:
         raise ValueError("a batch needs at least one message")
