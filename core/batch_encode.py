@@ -185,6 +185,7 @@ def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = N
             return rec
         if rec.sys_flag & SYSFLAG_TRANSACTION_MASK or has_delay_level(m.properties):
             return PutMessageStatus.MESSAGE_ILLEGAL
+        rec.prepared_offset = 0          # as RocketMQ writes every record of a batch
         recs.append(rec)
     return recs
 

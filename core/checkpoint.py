@@ -31,6 +31,7 @@ from core.crc import crc32
 
 CHECKPOINT_SIZE = 4096
 CRC_POS = 80
+ROCKETMQ_FIELDS_END = 40         # RocketMQ writes bytes 0..39 only
 MIN_TIMESTAMP_MARGIN_MS = 3000
 
 # (attribute, byte offset); every field is a big-endian signed int64.
@@ -50,6 +51,12 @@ _UINT32 = struct.Struct(">I")
 def checkpoint_crc(buf) -> int:
     """CRC32 of the checkpoint's bytes 0..79."""
     return crc32(bytes(buf[0:CRC_POS])) & 0xFFFFFFFF
+
+
+def is_rocketmq_checkpoint(buf) -> bool:
+    """Whether a checkpoint is as RocketMQ writes it: its fields at 0..39 and the rest of the
+    4 KiB zero, with no CRC (so it opens as not valid, as a torn one does)."""
+    return len(buf) == CHECKPOINT_SIZE and not any(bytes(buf[ROCKETMQ_FIELDS_END:]))
 
 
 class StoreCheckpoint:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from core.crc import crc32
 from core.hashing import tags_code
 from core.message import (
-    KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
-    host_to_bytes, string_to_properties,
+    KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+    SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
 )
 from core.status import PutMessageStatus
 
@@ -35,6 +35,12 @@ QUEUE_OFFSET_POS = 20
 PHYS_OFFSET_POS = 28
 SYSFLAG_POS = 36
 BORN_HOST_POS = 48
+# RocketMQ's delay topic: a record of it with a DELAY level gets its delivery time (store
+# timestamp + the level's delay, messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
+# 10m 20m 30m 1h 2h", a level above 18 taken as 18) as consume-queue tag code (reference 2.13).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
+                  420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
 
 _BLANK = struct.Struct(">ii")
 _HEAD = struct.Struct(">iii")            # TOTALSIZE, MAGIC, BODYCRC
@@ -238,8 +244,9 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     without per-message fields) and, with `uniq_keys`, the UNIQ_KEY property (record i gets
     uniq_keys[i]; `msg.properties` must not hold one). The first record is prepared in full;
     the others differ from it only in body, CRC, size and the UNIQ_KEY bytes of the tail.
-    Returns the list, or the PutMessageStatus that refuses one of them. Sets `msg.body` to the
-    first body (and `msg.properties` to include the first UNIQ_KEY)."""
+    Every record's PREPARED TRANSACTION OFFSET is 0, as RocketMQ writes a batch's (the message's
+    is checked, not kept). Returns the list, or the PutMessageStatus that refuses one of them.
+    Sets `msg.body` to the first body (and `msg.properties` to include the first UNIQ_KEY)."""
     msg.body = bodies[0]
     if uniq_keys is not None:
         if len(uniq_keys) != len(bodies) or PROPERTY_UNIQ_KEY in (msg.properties or {}):
@@ -248,6 +255,7 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     first = prepare_record(msg, max_message_size, store_host_bytes)
     if first.__class__ is PutMessageStatus:
         return first
+    first.prepared_offset = 0        # RocketMQ writes 0 into every record of a batch (2.11)
     out = [first]
     if uniq_keys is not None:
         return _prepare_keyed(first, bodies, uniq_keys, max_message_size, out)
@@ -409,9 +417,29 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
         props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
     except (struct.error, UnicodeDecodeError, IndexError, KeyError):
         return RecordCheck.CORRUPT, total
+    tag_code = tags_code(props.get(PROPERTY_TAGS))
+    if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+        tag_code = _delivery_time(props[PROPERTY_DELAY], store_ts, tag_code)
     return DispatchRequest(
-        topic, queue_id, phys, total, tags_code(props.get(PROPERTY_TAGS)), store_ts, queue_offset,
+        topic, queue_id, phys, total, tag_code, store_ts, queue_offset,
         props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), sys_flag, prepared), total
+
+
+def _delivery_time(level: str, store_timestamp: int, tag_code: int) -> int:
+    """The tag code of a SCHEDULE_TOPIC record with DELAY `level`: its delivery time; `tag_code`
+    for a level that is not above 0 (or not a number)."""
+    try:
+        n = min(int(level), len(DELAY_LEVEL_MS))
+    except ValueError:
+        return tag_code
+    return store_timestamp + DELAY_LEVEL_MS[n - 1] if n > 0 else tag_code
+
+
+def schedule_tag_code(props_raw: bytes, store_timestamp: int, tag_code: int) -> int:
+    """The tag code of a SCHEDULE_TOPIC record from its PROPERTIES bytes (UTF-8) and store
+    time: its delivery time when it has a DELAY level, else `tag_code` (its TAGS hash)."""
+    level = string_to_properties(props_raw.decode("utf-8")).get(PROPERTY_DELAY)
+    return tag_code if level is None else _delivery_time(level, store_timestamp, tag_code)
 
 
 def read_i32(buf, pos: int) -> int:

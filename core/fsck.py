@@ -29,7 +29,7 @@ import shutil
 import struct
 from dataclasses import asdict, dataclass, field, fields
 
-from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_crc
+from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_crc, is_rocketmq_checkpoint
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError, check_store_format
 from core.fileops import REAL_FILE_OPS
 from core.fsck_scan import READ_ONLY, LogScan, Progress, check_index_entries, check_queues, open_index
@@ -230,6 +230,11 @@ def _check_checkpoint(cfg, log, report) -> None:
     stats["checkpoint"] = "torn"
     if len(data) != CHECKPOINT_SIZE:
         report.add("checkpoint_torn", path, 0, f"{len(data)} bytes, expected {CHECKPOINT_SIZE}")
+    elif is_rocketmq_checkpoint(data):
+        stats["checkpoint"] = "RocketMQ's (no CRC)"
+        report.notes.append("the checkpoint is RocketMQ's (fields at 0..39, no CRC): recovery after an "
+                            "abnormal exit scans from the oldest segment; the store writes its own at "
+                            "its next start")
     elif struct.unpack_from(">I", data, CRC_POS)[0] != checkpoint_crc(data):
         report.add("checkpoint_torn", path, CRC_POS, "the CRC of bytes 0..79 does not match; recovery "
                    "falls back to a scan from the oldest segment")

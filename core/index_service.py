@@ -6,7 +6,8 @@ loading and abnormal-exit cleanup, rolling to a new file when the last one is fu
 newest file first, truncation back to a recovered CommitLog end, and expiry.
 
 A record is indexed under `topic#uniq_key` (when it has one) and `topic#k` for every non-empty
-token of its space-separated KEYS; rolled-back and prepared transaction records are not.
+token of its space-separated KEYS; rolled-back transaction records are not (prepared ones are,
+as in RocketMQ, though they enter no consume queue).
 Building is idempotent: a record at or before the newest indexed offset is skipped, except
 that keys of the newest record that are missing (an interrupted build) are added.
 

@@ -17,9 +17,10 @@ all of them are read and checked together (with numpy for `NUMPY_MIN_RECORDS` re
 more, with one struct call each below that): host lengths, body and topic lengths,
 properties framing, PHYSOFFSET, a torn tail. Only the CRC, the topic and the properties then
 need a step per record, or none when the tails are alike but for the UNIQ_KEY value
-(`_take_alike`). Anything else (IPv6 hosts, version 2 records, a record that fails any fast
-check) goes through `core.codec.check_record`, so all paths accept and refuse exactly the
-same records. Topics and properties are parsed through the caches of `core.record_props`.
+(`_take_alike`; not for the delay topic, whose tag codes depend on each record's store time).
+Anything else (IPv6 hosts, version 2 records, a record that fails any fast check) goes
+through `core.codec.check_record`, so all paths accept and refuse exactly the same records.
+Topics and properties are parsed through the caches of `core.record_props`.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ import numpy as np
 
 from core.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.codec import (
-    MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, DispatchRequest, RecordCheck, check_record,
+    MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, SCHEDULE_TOPIC, DispatchRequest, RecordCheck,
+    check_record, schedule_tag_code,
 )
 from core.crc import crc32
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
@@ -161,7 +163,9 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
                 parsed = props_of.get(raw) or properties(raw)
                 if parsed is None:
                     break
-                o_tags(parsed[0]), o_keys(parsed[1]), o_uniq(parsed[2])
+                tag = parsed[0] if topic != SCHEDULE_TOPIC else \
+                    schedule_tag_code(raw, store_ts[taken], parsed[0])
+                o_tags(tag), o_keys(parsed[1]), o_uniq(parsed[2])
             else:
                 o_tags(0), o_keys(""), o_uniq("")
             o_topic(topic)
@@ -185,7 +189,8 @@ def _first_tail(buf, t0: int, stop: int, check_crc: bool) -> tuple | None:
     raw_topic, raw = tail[1:p], tail[p + 2:]
     topic = topic_of(raw_topic)
     parsed = properties(raw)
-    if topic is None or parsed is None or (check_crc and b"\x00" in raw_topic):
+    if topic is None or parsed is None or (check_crc and b"\x00" in raw_topic) \
+            or topic == SCHEDULE_TOPIC:
         return None
     a, b = uniq_span(raw)
     a, b = (a + p + 2, b + p + 2) if b else (len(tail), len(tail))
