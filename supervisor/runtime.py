@@ -235,7 +235,10 @@ def reseed_control_block(cb: ControlBlock, config, store) -> None:
 
 def write_pid_file(config) -> None:
     """run/supervisor.pid, written as soon as the lock is held, so that `mqstore stop` can
-    reach a supervisor that is still recovering (prepare_run writes it again)."""
+    reach a supervisor that is still recovering (prepare_run writes it again). The run/address
+    and run/control of a supervisor that died go first: until this one is ready, commands must
+    find its pid and no address, not the dead one's front door (which nobody answers)."""
+    clear_run(config)
     os.makedirs(config.run_dir, exist_ok=True)
     with open(os.path.join(config.run_dir, "supervisor.pid"), "w") as f:
         f.write(str(os.getpid()))
