@@ -304,7 +304,11 @@ class Appender(ServiceLoop):
         rid = env.get("rid", 0)
         if self._refusing():
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
-        qid = self._queue_for(req.topic, req.queue_id)
+        try:
+            qid = self._queue_for(req.topic, req.queue_id)
+        except OSError as e:                  # a new topic's topics.json: a full disk is a status
+            log.error("cannot create topic %s: %s", req.topic, e)
+            return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
             return [pack({"rid": rid, "status": recs.value})]
@@ -344,7 +348,11 @@ class Appender(ServiceLoop):
             raise ProtocolError(ErrorCode.BAD_FIELD,
                                 f"field 'queue_id' {qid} is out of range: topic {topic} has {queues} queues")
         if not known:
-            self.topics.ensure(topic, queues)
+            try:
+                self.topics.ensure(topic, queues)
+            except OSError:
+                self.topics.topics.pop(topic, None)   # not saved: the next put tries again
+                raise
             self._topics_changed()
         return qid
 

@@ -13,6 +13,12 @@ INDEX_TS are raised (the flusher copies them into the checkpoint). When retentio
 MIN_PHY, consume-queue and index files that point only below it are deleted (at most every
 `clean_resource_interval` ms).
 
+A consume-queue or index file that cannot be created for want of space (ENOSPC, EDQUOT) is
+no crash (DESIGN.md section 4: a full disk shows as a status, never as a crash): the error is
+logged, dispatch stays where it was and is tried again every `DISK_RETRY_S`; dispatching the
+range again is idempotent, so the entries and keys written before the error are not doubled.
+Consumers then lag (the `dispatch` lag of `mqstore status`) until space comes back.
+
 A (re)started reput resumes from DISPATCHED_DURABLE, what is known to be on disk: it loads
 and recovers the queues and the index, and dispatching the range again is idempotent (an
 entry already there is skipped, an index key already there is not added twice). When that
@@ -23,6 +29,7 @@ Usage (started by the supervisor): python -m services.reput --store ROOT
 """
 from __future__ import annotations
 
+import errno
 import logging
 import time
 
@@ -42,6 +49,8 @@ from services.base import ServiceLoop, run_service
 log = logging.getLogger("reput")
 CHUNK = 4 << 20
 CATCH_UP_BYTES = 64 << 20
+DISK_RETRY_S = 1.0
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Reput(ServiceLoop):
@@ -68,6 +77,7 @@ class Reput(ServiceLoop):
         self.reput_from = max(cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.MIN_PHY))
         self._invalid_at = -1
         self._moved = False
+        self._disk_retry_at = None          # after ENOSPC: when dispatch tries the disk again
         now = time.monotonic()
         self._last_moved = now
         self._last_cq_flush = self._last_thorough = now
@@ -104,12 +114,27 @@ class Reput(ServiceLoop):
         start = self.reput_from
         if start >= confirm:
             return False
+        if self._disk_retry_at is not None and time.monotonic() < self._disk_retry_at:
+            return False
         self.commitlog.set_min(min_phy)
         self.commitlog.set_end(confirm)
         limit = min(confirm, start + CHUNK)
-        reached, stop = self.dispatcher.run(start, limit)
-        if reached == start and limit < confirm:            # one record larger than CHUNK
-            reached, stop = self.dispatcher.run(start, confirm)
+        try:
+            reached, stop = self.dispatcher.run(start, limit)
+            if reached == start and limit < confirm:        # one record larger than CHUNK
+                reached, stop = self.dispatcher.run(start, confirm)
+        except OSError as e:
+            if e.errno not in NO_SPACE:
+                raise
+            if self._disk_retry_at is None:
+                log.error("cannot write consume queues or index: %s; dispatch waits at %d and "
+                          "tries again every %g s", e, start, DISK_RETRY_S)
+            self._disk_retry_at = time.monotonic() + DISK_RETRY_S
+            self._publish()                                 # what was written before the error
+            return False
+        if self._disk_retry_at is not None:
+            self._disk_retry_at = None
+            log.info("consume queues and index can be written again: dispatch goes on from %d", start)
         if stop == DispatchStop.INVALID and reached < confirm and reached != self._invalid_at:
             self._invalid_at = reached
             log.error("no valid record at %d below CONFIRM %d; dispatch waits there", reached, confirm)
