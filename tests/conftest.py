@@ -102,6 +102,24 @@ def open_store():
 
 
 @pytest.fixture
+def written_store(open_store):
+    """`written_store(config, count, body=b"x" * 50, topics=("T",))`: open a store, put `count`
+    messages (message i: topic topics[i % len(topics)], KEYS k<i>), wait until they are
+    dispatched and shut it down cleanly; returns the end of its CommitLog."""
+    from core.message import Message
+
+    def make(config: StoreConfig, count: int, body: bytes = b"x" * 50, topics=("T",)) -> int:
+        store = open_store(config)
+        for i in range(count):
+            assert store.put_message(Message(topics[i % len(topics)], body, keys=f"k{i}")).status.ok
+        assert store.wait_for_dispatch()
+        end = store.get_max_phy_offset()
+        store.shutdown()
+        return end
+    return make
+
+
+@pytest.fixture
 def store(tiny_config, open_store):
     """A started ASYNC_FLUSH store on tiny segments."""
     return open_store(tiny_config())

@@ -5,19 +5,13 @@ read-only FileOps keeps leftovers and then refuses their names. The loader delet
 leftover (DESIGN.md section 4), so a check notes it and checks the index as the store loads it."""
 import os
 
-from core import Message, MessageStore, StoreConfig, fsck
+from core import fsck
 
 
-def test_check_notes_an_index_tmp_leftover_and_checks_the_index(tmp_path):
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commitlog=4096,
-                      mapped_file_size_consume_queue=200, max_hash_slot_num=64, max_index_num=64)
-    store = MessageStore(cfg)
-    store.load()
-    store.start()
-    for i in range(60):
-        assert store.put_message(Message("T", b"x" * 50, keys=f"k{i}")).status.ok
-    assert store.wait_for_dispatch()
-    store.shutdown()
+def test_check_notes_an_index_tmp_leftover_and_checks_the_index(tiny_config, written_store):
+    cfg = tiny_config(mapped_file_size_commitlog=4096, mapped_file_size_consume_queue=200,
+                      max_index_num=64)
+    written_store(cfg, 60)
     leftover = os.path.join(cfg.index_dir, "20991231000000000.tmp")
     with open(leftover, "wb") as f:
         f.write(b"half")

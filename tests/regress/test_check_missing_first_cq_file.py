@@ -6,19 +6,13 @@ for. A consume-queue file is deleted only when every entry in it points below th
 min offset, so every record still in the log must have its entry."""
 import os
 
-from core import Message, MessageStore, StoreConfig, fsck
+from core import MessageStore, fsck
 
 
-def test_a_lost_first_consume_queue_file_is_reported_and_fixed(tmp_path):
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commitlog=4096,
-                      mapped_file_size_consume_queue=200, max_hash_slot_num=64, max_index_num=64)
-    store = MessageStore(cfg)
-    store.load()
-    store.start()
-    for i in range(40):
-        assert store.put_message(Message(f"T{i % 2}", b"x" * 50, keys=f"k{i}")).status.ok
-    assert store.wait_for_dispatch()
-    store.shutdown()
+def test_a_lost_first_consume_queue_file_is_reported_and_fixed(tiny_config, written_store):
+    cfg = tiny_config(mapped_file_size_commitlog=4096, mapped_file_size_consume_queue=200,
+                      max_index_num=64)
+    written_store(cfg, 40, topics=("T0", "T1"))
     os.unlink(os.path.join(cfg.consumequeue_dir, "T1", "0", f"{0:020d}"))   # queue offsets 0..9
 
     report = fsck.check(cfg.store_path_root_dir, config=cfg)

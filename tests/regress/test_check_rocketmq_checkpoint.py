@@ -7,24 +7,12 @@ checkpoint of mqstore's own is still reported."""
 import os
 import struct
 
-from core import Message, MessageStore, fsck
+from core import MessageStore, fsck
 
 
-def _make_store(cfg):
-    store = MessageStore(cfg)
-    store.load()
-    store.start()
-    for i in range(30):
-        assert store.put_message(Message("T", b"x" * 40, keys=f"k{i}")).status.ok
-    assert store.wait_for_dispatch()
-    last = store.get_max_phy_offset()
-    store.shutdown()
-    return last
-
-
-def test_a_rocketmq_checkpoint_checks_clean(tiny_config):
+def test_a_rocketmq_checkpoint_checks_clean(tiny_config, written_store):
     cfg = tiny_config()
-    end = _make_store(cfg)
+    end = written_store(cfg, 30, body=b"x" * 40)
     with open(cfg.checkpoint_path, "r+b") as f:
         ts = struct.unpack_from(">q", f.read(8))[0]
         f.seek(0)
@@ -40,9 +28,9 @@ def test_a_rocketmq_checkpoint_checks_clean(tiny_config):
         store.shutdown()
 
 
-def test_a_torn_checkpoint_of_ours_is_still_reported(tiny_config):
+def test_a_torn_checkpoint_of_ours_is_still_reported(tiny_config, written_store):
     cfg = tiny_config()
-    _make_store(cfg)
+    written_store(cfg, 30, body=b"x" * 40)
     with open(cfg.checkpoint_path, "r+b") as f:
         f.seek(8)
         f.write(b"\xff")

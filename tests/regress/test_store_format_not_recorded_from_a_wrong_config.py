@@ -8,19 +8,13 @@ import os
 
 import pytest
 
-from core import Message, MessageStore, StoreConfig, StoreFormatError
+from core import MessageStore, StoreFormatError
 
 
-def test_a_wrong_size_is_not_recorded_for_a_store_without_format_file(tmp_path):
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commitlog=4096,
-                      mapped_file_size_consume_queue=200, max_hash_slot_num=64, max_index_num=64)
-    store = MessageStore(cfg)
-    store.load()
-    store.start()
-    for i in range(30):
-        assert store.put_message(Message("T", b"x" * 50, keys=f"k{i}")).status.ok
-    assert store.wait_for_dispatch()
-    store.shutdown()
+def test_a_wrong_size_is_not_recorded_for_a_store_without_format_file(tiny_config, written_store):
+    cfg = tiny_config(mapped_file_size_commitlog=4096, mapped_file_size_consume_queue=200,
+                      max_index_num=64)
+    written_store(cfg, 30)
     os.unlink(cfg.store_format_path)
 
     for wrong in ({"mapped_file_size_commitlog": 8192}, {"mapped_file_size_consume_queue": 400},
