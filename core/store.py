@@ -70,6 +70,16 @@ def _batch_template(msgs):
     first = msgs[0]
     all_props = list(map(_PROPERTIES, msgs))
     props = all_props[0] or {}
+    if len(props) > 1:
+        # The template writes the first message's properties in their order, the UNIQ_KEY
+        # last: only for messages that give them so (dict equality ignores order).
+        try:
+            orders = list(map(tuple, all_props))
+        except TypeError:                              # a message without properties
+            return None
+        if orders.count(orders[0]) != n or (PROPERTY_UNIQ_KEY in props
+                                             and orders[0][-1] != PROPERTY_UNIQ_KEY):
+            return None
     if PROPERTY_UNIQ_KEY not in props:
         if all_props.count(all_props[0]) != n:
             return None
