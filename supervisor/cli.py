@@ -29,6 +29,9 @@ DEFAULT_STORE = "./store-data"
 COMMAND_PREFIX = "cmd_"
 EXIT_CODES_HELP = "exit codes: 0 done and clean, 1 the store has problems, 2 usage error " \
                   "(bad options or config, no store, store locked)"
+MAIN_EXIT_CODES_HELP = "exit codes: 0 done (and, for check and recover, clean), 1 the store is not " \
+                       "running, refused a request or (check, recover) has problems, 2 usage " \
+                       "error (bad options or config, no store directory, store locked)"
 
 
 class UsageError(Exception):
@@ -49,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="mqstore: Apache RocketMQ's message store in Python. Every command works on "
                     "one store directory (--store, default ./store-data); `mqstore COMMAND --help` "
                     "explains a command and its options.",
-        epilog=EXIT_CODES_HELP)
+        epilog=MAIN_EXIT_CODES_HELP)
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     sub.required = True
     for module in command_modules():

@@ -42,7 +42,8 @@ class NotRunning(Exception):
 def add_store_arguments(parser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="DIR",
-                       help=f"store directory (its run/address names the front door; default {DEFAULT_STORE})")
+                       help="store directory (its run/address names the front door; default: "
+                            f"MQSTORE_STORE_PATH_ROOT_DIR when set, else {DEFAULT_STORE})")
     where.add_argument("--address", metavar="A", help="front door address, tcp://HOST:PORT")
 
 
