@@ -30,7 +30,8 @@ import struct
 from dataclasses import asdict, dataclass, field, fields
 
 from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_crc, is_rocketmq_checkpoint
-from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError, check_store_format
+from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
+from core.store_format import check_store_format
 from core.fileops import REAL_FILE_OPS
 from core.fsck_scan import READ_ONLY, LogScan, Progress, check_index_entries, check_queues, open_index
 from core.mapped_file_queue import StoreLoadError

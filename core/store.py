@@ -18,7 +18,8 @@ from operator import attrgetter, itemgetter
 from core.checkpoint import StoreCheckpoint
 from core.batch_encode import prepare_batch_records, prepare_each
 from core.commitlog import CommitLog, append_status_to_put
-from core.config import ConfigError, StoreConfig, check_store_format
+from core.config import ConfigError, StoreConfig
+from core.store_format import check_store_format
 from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService

@@ -7,8 +7,8 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from core.config import (FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError,
-                         check_store_format)
+from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
+from core.store_format import check_store_format
 from core.fileops import FileOps
 
 ROCKETMQ_DEFAULTS = {
