@@ -11,14 +11,14 @@ import struct
 import pytest
 
 from core import Message, MessageStore, fsck
+from core.codec import SCHEDULE_TOPIC
 from core.hashing import java_hash
 
-SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 DELAYS = {1: 1000, 3: 10000, 18: 7200000, 40: 7200000}
 
 
 def _entries(cfg, queue_id):
-    d = os.path.join(cfg.consumequeue_dir, SCHEDULE, str(queue_id))
+    d = os.path.join(cfg.consumequeue_dir, SCHEDULE_TOPIC, str(queue_id))
     out = []
     for name in sorted(os.listdir(d)):
         data = open(os.path.join(d, name), "rb").read()
@@ -41,7 +41,7 @@ def test_delay_queue_tag_code_is_the_delivery_time(tiny_config, count):
     expected = {}
     try:
         for level in DELAYS:
-            msgs = [Message(SCHEDULE, b"d%d" % i, queue_id=min(level, 18) - 1, tags="T",
+            msgs = [Message(SCHEDULE_TOPIC, b"d%d" % i, queue_id=min(level, 18) - 1, tags="T",
                             properties={"DELAY": str(level), "REAL_TOPIC": "R", "REAL_QID": "0"})
                     for i in range(count)]
             for m in msgs:
