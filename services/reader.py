@@ -6,6 +6,9 @@ It writes no store file: the CommitLog, consume queues and index are read-only v
 CONFIRM (nothing past it is ever served), MIN_PHY and TOPICS_VERSION from the control block,
 takes the reput process's arrivals from its SUB socket (`reput.pub`), serves every waiting
 request, and wakes held pulls:
+- the number of held pulls is in the control block (PULLS_HELD): reput publishes arrivals
+  only while it is not 0, so a store without waiting consumers does not wake the reader on
+  every dispatch;
 - a pull that finds nothing with `poll_ms` > 0 is held (services.read_longpoll) and run
   again when an arrival moves its queue past the pull's cursor; it is answered when it finds
   something or at its deadline (with what is there then);
@@ -72,6 +75,8 @@ class Reader(ServiceLoop):
         self._sync_bounds()
         self._swept_dispatched = -1
         self._next_sweep = 0.0
+        self._advertised = 0                 # PULLS_HELD as last written
+        cb.set(Word.PULLS_HELD, 0)
         self.sub = make_socket(self.ctx, zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(ipc_endpoint(self.run_dir, "reput.pub"))
@@ -120,7 +125,21 @@ class Reader(ServiceLoop):
                 self._wake(key, max_offset)
             self._sweep(now)
             self._rerun(self.holds.take_expired(now), final=True)
+        self._advertise_holds()
         self.offsets.persist_if_due()
+
+    def _advertise_holds(self) -> None:
+        """Tell reput how many pulls are held (PULLS_HELD): it publishes arrivals only then.
+        When pulls start being held, reput may have dispatched past them just before it read
+        the word and published nothing: sweep at once, as for a missed arrival."""
+        held = len(self.holds)
+        if held == self._advertised:
+            return
+        self.cb.set(Word.PULLS_HELD, held)
+        if held and not self._advertised:
+            self._next_sweep = 0.0
+            self._sweep(time.monotonic())
+        self._advertised = held
 
     def _sync_bounds(self) -> None:
         cb = self.cb

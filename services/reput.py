@@ -2,11 +2,12 @@
 index/. It dispatches the CommitLog range [DISPATCHED, CONFIRM) with core.dispatch.Dispatcher
 over a read-only CommitLog view, into core.ConsumeQueueStore and core.IndexService.
 
-Each loop (every millisecond, as RocketMQ's; every IDLE_INTERVAL_MS once the store has been
+Each loop (every millisecond while the reader holds pulls, as RocketMQ's; every
+UNWATCHED_INTERVAL_MS while none is held; at least IDLE_INTERVAL_MS once the store has been
 idle for IDLE_AFTER_S) dispatches at most `CHUNK` bytes, raises
-DISPATCHED, and publishes one `{"arrivals": [[topic, queue_id, max_offset], ...]}` on the
-PUB socket `reput.pub` (one entry per queue that grew, with its new max offset) for the
-reader's long polling. Consume queues are flushed every `flush_interval_consume_queue` ms
+DISPATCHED, and, while the reader holds pulls (PULLS_HELD), publishes one
+`{"arrivals": [[topic, queue_id, max_offset], ...]}` on the PUB socket `reput.pub` (one entry
+per queue that grew, with its new max offset) for the reader's long polling. Consume queues are flushed every `flush_interval_consume_queue` ms
 with `flush_consume_queue_least_pages`; every `flush_consume_queue_thorough_interval` ms and
 at drain, queues and index are flushed whole and then DISPATCHED_DURABLE, LOGICS_TS and
 INDEX_TS are raised (the flusher copies them into the checkpoint). When retention has moved
@@ -48,6 +49,7 @@ from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("reput")
 CHUNK = 4 << 20
+UNWATCHED_INTERVAL_MS = 10     # the loop's interval while no pull is held (wait_for_running)
 CATCH_UP_BYTES = 64 << 20
 DISK_RETRY_S = 1.0
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -144,7 +146,13 @@ class Reput(ServiceLoop):
         return reached > start
 
     def _publish(self) -> None:
+        """Send the arrivals to the reader while it holds pulls (PULLS_HELD); otherwise
+        nobody waits for them (a pull reads DISPATCHED itself) and they are dropped: a message
+        per dispatch woke the reader for nothing and cost both processes CPU."""
         if not self.arrivals:
+            return
+        if not self.cb.get(Word.PULLS_HELD):
+            self.arrivals = {}
             return
         msg = pack({"arrivals": [[t, q, m] for (t, q), m in self.arrivals.items()]})
         self.arrivals = {}
@@ -155,15 +163,19 @@ class Reput(ServiceLoop):
 
     # -- the loop ------------------------------------------------------------------------
     def wait_for_running(self, timeout_ms: float) -> None:
-        """Sleep the interval unless there is more to dispatch; once nothing has been
-        dispatched for IDLE_AFTER_S, sleep IDLE_INTERVAL_MS instead (an idle store then wakes
-        this process 200 times a second, not 1,000; the first message after a quiet second
-        waits at most that much longer for its consume-queue entry). CONFIRM is a shared
-        word, not a message: there is no socket to wait on, so this process sleeps."""
+        """Sleep the interval unless there is more to dispatch. The interval is a millisecond
+        while the reader holds pulls (PULLS_HELD: consumers wait for the next message) and
+        UNWATCHED_INTERVAL_MS while none waits: nobody is then held up by a later consume-queue
+        entry, and waking 1,000 times a second to dispatch a put or two took a CPU from the
+        appender and its clients on small machines (the slowest unbatched puts). Once nothing
+        has been dispatched for IDLE_AFTER_S it is at least IDLE_INTERVAL_MS. CONFIRM is a
+        shared word, not a message: there is no socket to wait on, so this process sleeps."""
         self.ready = {}
         if self._moved and self.cb.get(Word.CONFIRM) > self.reput_from:
             return
-        if time.monotonic() - self._last_moved >= IDLE_AFTER_S:
+        if not self.cb.get(Word.PULLS_HELD):
+            timeout_ms = max(timeout_ms, UNWATCHED_INTERVAL_MS)
+        elif time.monotonic() - self._last_moved >= IDLE_AFTER_S:
             timeout_ms = max(timeout_ms, IDLE_INTERVAL_MS)
         time.sleep(timeout_ms / 1000)
 

@@ -225,6 +225,35 @@ def test_long_polling_is_woken_by_new_data(services):
     assert split_records(frames[0]) == [w.record(r) for r in w.records["T", 0][5:]]
 
 
+def test_arrivals_are_published_only_while_the_reader_holds_pulls(services):
+    """PULLS_HELD: with no pull held the reput publishes no arrivals (each one woke the reader
+    for nothing); once a pull is held it does, and the held pull is answered."""
+    h, w, c = services()
+    w.put(2)
+    w.wait_dispatched()
+    sub = make_socket(zmq.Context.instance(), zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(ipc_endpoint(h.config.run_dir, "reput.pub"))
+    try:
+        time.sleep(0.3)                                        # the subscription reaches reput
+        assert h.cb.get(Word.PULLS_HELD) == 0
+        w.put(3, first=2)
+        w.wait_dispatched()
+        assert not sub.poll(300)                               # nobody waits: nothing sent
+        c.sock.send(pack({"op": "pull", "rid": 79, "group": "g", "topic": "T", "queue_id": 0,
+                          "offset": 5, "poll_ms": 20000, "format": "raw"}))
+        assert wait_for(lambda: h.cb.get(Word.PULLS_HELD) == 1, 10)
+        w.put(1, first=5)
+        assert sub.poll(10000)
+        assert unpack(sub.recv())["arrivals"] == [["T", 0, 6]]
+        assert c.sock.poll(10000)
+        rep = unpack(c.sock.recv_multipart()[0])
+        assert (rep["rid"], rep["status"], rep["count"]) == (79, "FOUND", 1)
+        assert wait_for(lambda: h.cb.get(Word.PULLS_HELD) == 0, 10)
+    finally:
+        sub.close(0)
+
+
 def test_an_idle_reput_still_wakes_a_long_poll(services):
     """After a quiet IDLE_AFTER_S the reput reads CONFIRM every IDLE_INTERVAL_MS instead of
     every millisecond: a record written then still reaches a held pull."""
