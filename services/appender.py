@@ -8,8 +8,9 @@ It appends through `core.commitlog.CommitLog`, whose allocator callable
 Group commit: each `run_once` takes every waiting request (up to MAX_GROUP), appends them,
 publishes WROTE (and COMMITTED without the pool, CONFIRM under ASYNC_FLUSH without the pool),
 then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_BYTES, so
-that the flusher starts on the first requests while the rest are appended. Under SYNC_FLUSH the replies of `wait` puts are parked (services/append_waiters)
-and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
+that the flusher starts on the first requests while the rest are appended; under ASYNC_FLUSH
+every ANSWER_EVERY_S, so that a producer sends again meanwhile. Under SYNC_FLUSH the replies
+of `wait` puts are parked (services/append_waiters) and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
 position past their records (the FLUSHED word is polled too, in case a publication was
 missed), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at once when FLUSH_FAILED is set.
 With the transient pool it writes into the shared-memory buffer lent to the segment and pushes
@@ -58,6 +59,10 @@ MAX_GROUP = 1024
 # Under SYNC_FLUSH a round hands what it appended to the flusher every this many bytes, so
 # that the fdatasync of its first requests overlaps the appending of the rest.
 SYNC_STEP_BYTES = 256 << 10
+# Under ASYNC_FLUSH a long round (many requests waiting) is answered every this many seconds,
+# not only at its end: a producer with a window of requests in flight gets replies, and sends
+# again, while the rest of the round is appended, instead of the two taking turns.
+ANSWER_EVERY_S = 0.002
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
@@ -167,6 +172,7 @@ class Appender(ServiceLoop):
     def _take_requests(self) -> None:
         sock = self.front
         handle = self.handlers.handle
+        answer_at = time.perf_counter() + ANSWER_EVERY_S
         for _ in range(MAX_GROUP):
             try:
                 head = sock.recv(_NOBLOCK, copy=False)
@@ -187,8 +193,12 @@ class Appender(ServiceLoop):
                 self._send(identity, out)
                 if self._is_put:
                     self.stats.replied(unpack(out[0]).get("status", ERROR), time.perf_counter() - received)
-            if self.sync and self.group and self.group[-1][2] - self.wrote >= SYNC_STEP_BYTES:
-                self._end_round()                # park, publish WROTE, wake the flusher
+            if self.sync:
+                if self.group and self.group[-1][2] - self.wrote >= SYNC_STEP_BYTES:
+                    self._end_round()            # park, publish WROTE, wake the flusher
+            elif received >= answer_at:
+                self._end_round()                # publish WROTE, answer what is appended
+                answer_at = received + ANSWER_EVERY_S
 
     def _end_round(self) -> None:
         """Answer or park what was appended, answer what the flusher released, send."""

@@ -94,3 +94,32 @@ def test_the_producer_takes_combined_replies(tmp_path):
         assert results[-1].count == 3 and len(results[-1].msg_ids) == 3
     finally:
         store.ensure_stopped()
+
+
+def test_a_long_async_round_is_answered_before_its_end(config):
+    """Under ASYNC_FLUSH a round with many requests waiting answers every ANSWER_EVERY_S,
+    not only at its end: requests queued while the appender was stopped (one round of 120
+    batches of 32 x 1 KiB, far longer than 2 ms) get their first replies before the last
+    batch is appended, so a producer with a window in flight can send again meanwhile."""
+    cfg = config(mapped_file_size_commitlog=64 << 20)
+    with ServiceHarness(cfg, WRITE) as h:
+        c = RawClient(h.endpoint("appender"))
+        put_ok(c, "L", b"first", queue_id=0, coalesce=True)
+        appender = h.procs["appender"]
+        bodies = b"".join(b"%04d" % i * 256 for i in range(32))
+        os.kill(appender.pid, signal.SIGSTOP)
+        try:
+            for rid in range(1, 121):
+                c.sock.send_multipart([pack({"op": "put_batch", "rid": rid, "topic": "L", "queue_id": 0,
+                                             "sizes": [1024] * 32, "coalesce": True}), bodies])
+            time.sleep(0.5)                                  # all of them queued at the appender
+        finally:
+            os.kill(appender.pid, signal.SIGCONT)
+        replies, messages = [], 0
+        while len(replies) < 120:
+            frames = receive(c)
+            messages += 1
+            replies.extend(unpack(f) for f in (frames[1:] if frames[0] == b"" else frames))
+        assert [r["rid"] for r in replies] == list(range(1, 121))
+        assert all(r["status"] == "PUT_OK" for r in replies)
+        assert messages > 1                                  # answered before the round ended
