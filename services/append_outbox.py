@@ -28,10 +28,21 @@ class ReplyOutbox:
     def hold(self, identity: bytes, reply: bytes) -> None:
         self._held.setdefault(identity, []).append(reply)
 
+    def send_to(self, identity: bytes, send) -> None:
+        """Send what is held for `identity` now, in one message."""
+        replies = self._held.pop(identity, None)
+        if replies:
+            _send_replies(identity, replies, send)
+
     def send(self, send) -> None:
         """Send what the round held, one message per client, through `send(identity, frames)`."""
         if not self._held:
             return
         held, self._held = self._held, {}
         for identity, replies in held.items():
-            send(identity, replies if len(replies) == 1 else [b"", *replies])
+            _send_replies(identity, replies, send)
+
+
+def _send_replies(identity: bytes, replies: list, send) -> None:
+    """One reply as itself, several combined: an empty frame, then one reply per frame."""
+    send(identity, replies if len(replies) == 1 else [b"", *replies])

@@ -9,7 +9,8 @@ Group commit: each `run_once` takes every waiting request (up to MAX_GROUP), app
 publishes WROTE (and COMMITTED without the pool, CONFIRM under ASYNC_FLUSH without the pool),
 then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_BYTES, so
 that the flusher starts on the first requests while the rest are appended; under ASYNC_FLUSH
-every ANSWER_EVERY_S, so that a producer sends again meanwhile. Under SYNC_FLUSH the replies
+as soon as one client has EARLY_REPLIES requests in the round, so that a producer with a
+window in flight sends again meanwhile. Under SYNC_FLUSH the replies
 of `wait` puts are parked (services/append_waiters) and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
 position past their records (the FLUSHED word is polled too, in case a publication was
 missed), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at once when FLUSH_FAILED is set.
@@ -59,10 +60,11 @@ MAX_GROUP = 1024
 # Under SYNC_FLUSH a round hands what it appended to the flusher every this many bytes, so
 # that the fdatasync of its first requests overlaps the appending of the rest.
 SYNC_STEP_BYTES = 256 << 10
-# Under ASYNC_FLUSH a long round (many requests waiting) is answered every this many seconds,
-# not only at its end: a producer with a window of requests in flight gets replies, and sends
-# again, while the rest of the round is appended, instead of the two taking turns.
-ANSWER_EVERY_S = 0.002
+# Under ASYNC_FLUSH a client with this many requests appended in a round gets their replies
+# at once, not at the round's end: a producer with a window of requests in flight then sends
+# again while the rest of the round is appended, instead of the two taking turns. Clients with
+# fewer in the round (many producers, few requests each) still get one message per round.
+EARLY_REPLIES = 8
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
@@ -98,6 +100,7 @@ class Appender(ServiceLoop):
         self.handlers.op("create_topic")(self._create_topic)
         self.handlers.op("topic_info")(self._topic_info)
         self.group: list = []              # (identity, fields, end, wait, received) appended this round
+        self.round_counts: dict = {}       # identity -> its requests appended this round
         self.round_robin: dict[str, int] = {}
         self.peers: dict[bytes, tuple] = {}
         self.wrote = cb.get(Word.WROTE)
@@ -172,7 +175,6 @@ class Appender(ServiceLoop):
     def _take_requests(self) -> None:
         sock = self.front
         handle = self.handlers.handle
-        answer_at = time.perf_counter() + ANSWER_EVERY_S
         for _ in range(MAX_GROUP):
             try:
                 head = sock.recv(_NOBLOCK, copy=False)
@@ -196,15 +198,17 @@ class Appender(ServiceLoop):
             if self.sync:
                 if self.group and self.group[-1][2] - self.wrote >= SYNC_STEP_BYTES:
                     self._end_round()            # park, publish WROTE, wake the flusher
-            elif received >= answer_at:
-                self._end_round()                # publish WROTE, answer what is appended
-                answer_at = received + ANSWER_EVERY_S
+            elif self.round_counts.get(identity, 0) >= EARLY_REPLIES:
+                self._finish_group()             # publish WROTE, answer what is appended
+                self.outbox.send_to(identity, self._send)
+                self.round_counts[identity] = 0
 
     def _end_round(self) -> None:
         """Answer or park what was appended, answer what the flusher released, send."""
         self._finish_group()
         self._answer_waiters()
         self.outbox.send(self._send)
+        self.round_counts.clear()
 
     def _finish_group(self) -> None:
         """Publish the positions of this round's appends, then answer or park their replies."""
@@ -335,6 +339,7 @@ class Appender(ServiceLoop):
         else:
             fields["msg_id"] = result.msg_id
         self.group.append((self._identity, fields, result.next_offset, req.wait, received))
+        self.round_counts[self._identity] = self.round_counts.get(self._identity, 0) + 1
         return None
 
     def _refusing(self) -> bool:

@@ -97,10 +97,10 @@ def test_the_producer_takes_combined_replies(tmp_path):
 
 
 def test_a_long_async_round_is_answered_before_its_end(config):
-    """Under ASYNC_FLUSH a round with many requests waiting answers every ANSWER_EVERY_S,
-    not only at its end: requests queued while the appender was stopped (one round of 120
-    batches of 32 x 1 KiB, far longer than 2 ms) get their first replies before the last
-    batch is appended, so a producer with a window in flight can send again meanwhile."""
+    """Under ASYNC_FLUSH a client with EARLY_REPLIES requests in a round gets their replies
+    then, not at the round's end: 120 batches queued while the appender was stopped (one
+    round) come back in several messages, so a producer with a window in flight can send
+    again while the rest is appended."""
     cfg = config(mapped_file_size_commitlog=64 << 20)
     with ServiceHarness(cfg, WRITE) as h:
         c = RawClient(h.endpoint("appender"))
