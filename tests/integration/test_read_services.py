@@ -3,7 +3,7 @@ test process as the only CommitLog writer (core.commitlog.CommitLog on the same 
 append, flush, then raise WROTE, COMMITTED, FLUSHED and CONFIRM in the control block).
 
 Covered: pulls in order and byte for byte across many segment rolls, raw and fields formats,
-tag filters, every pull status (long polling is in test_read_longpoll.py), the
+tag filters, every pull status (long polling is in test_reader_long_polling.py), the
 queries, consumer offsets across a restart, consumer lag, SIGKILL of reput and reader, bad
 input, and that nothing past CONFIRM is ever served."""
 from __future__ import annotations
