@@ -63,16 +63,29 @@ def _first_file_size(directory: str, name_re: str) -> tuple[str, int] | None:
     return None
 
 
+def _subdirs(directory: str) -> list[str]:
+    """The paths of `directory`'s subdirectories, sorted by name ([] when it does not exist)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    return [p for p in (os.path.join(directory, n) for n in names) if os.path.isdir(p)]
+
+
+def _first_queue_dir(consumequeue_dir: str) -> str | None:
+    """consumequeue/<topic>/<queue id> of the first topic and queue, or None."""
+    for topic_dir in _subdirs(consumequeue_dir):
+        for queue_dir in _subdirs(topic_dir):
+            if os.path.basename(queue_dir).isdigit():
+                return queue_dir
+    return None
+
+
 def _check_files_on_disk(config: StoreConfig) -> None:
     """Before recording the format of a store that has no format file: refuse when files
     already written have other sizes than configured, so that a wrong configuration is not
     recorded as the store's format (after which the right one would be refused)."""
-    queue = next((os.path.join(config.consumequeue_dir, t, q)
-                  for t in (sorted(os.listdir(config.consumequeue_dir))
-                            if os.path.isdir(config.consumequeue_dir) else [])
-                  if os.path.isdir(os.path.join(config.consumequeue_dir, t))
-                  for q in sorted(os.listdir(os.path.join(config.consumequeue_dir, t)))
-                  if q.isdigit()), None)
+    queue = _first_queue_dir(config.consumequeue_dir)
     checks = [("mapped_file_size_commitlog", config.commitlog_dir, r"\d{20}",
                config.mapped_file_size_commitlog, "CommitLog segments")]
     if queue is not None:

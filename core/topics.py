@@ -38,16 +38,17 @@ class TopicTableError(ValueError):
     """topics.json exists but cannot be read as a topic table; the message says why."""
 
 
-def topic_name_problem(topic) -> str | None:
-    """Why `topic` is not a legal topic name, or None when it is."""
+def topic_name_problem(topic, what: str = "topic") -> str | None:
+    """Why `topic` is not a legal topic name (or, by the same rule, `what` name: a consumer
+    group's), or None when it is."""
     if not isinstance(topic, str):
-        return f"topic must be a string, got {type(topic).__name__}"
+        return f"{what} must be a string, got {type(topic).__name__}"
     if not topic:
-        return "topic is empty"
+        return f"{what} is empty"
     if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
-        return f"topic is over {MAX_TOPIC_BYTES} UTF-8 bytes"
+        return f"{what} is over {MAX_TOPIC_BYTES} UTF-8 bytes"
     if not _NAME.fullmatch(topic):
-        return f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+        return f"{what} {topic!r} has characters outside [%|a-zA-Z0-9_-]"
     return None
 
 

@@ -4,15 +4,15 @@ over a read-only CommitLog view, into core.ConsumeQueueStore and core.IndexServi
 
 Each loop (every millisecond while the reader holds pulls, as RocketMQ's; every
 UNWATCHED_INTERVAL_MS while none is held; at least IDLE_INTERVAL_MS once the store has been
-idle for IDLE_AFTER_S) dispatches at most `CHUNK` bytes, raises
-DISPATCHED, and, while the reader holds pulls (PULLS_HELD), publishes one
-`{"arrivals": [[topic, queue_id, max_offset], ...]}` on the PUB socket `reput.pub` (one entry
-per queue that grew, with its new max offset) for the reader's long polling. Consume queues are flushed every `flush_interval_consume_queue` ms
-with `flush_consume_queue_least_pages`; every `flush_consume_queue_thorough_interval` ms and
-at drain, queues and index are flushed whole and then DISPATCHED_DURABLE, LOGICS_TS and
-INDEX_TS are raised (the flusher copies them into the checkpoint). When retention has moved
-MIN_PHY, consume-queue and index files that point only below it are deleted (at most every
-`clean_resource_interval` ms).
+idle for IDLE_AFTER_S) dispatches at most `CHUNK` bytes, raises DISPATCHED, and, while the
+reader holds pulls (PULLS_HELD), publishes one `{"arrivals": [[topic, queue_id, max_offset],
+...]}` on the PUB socket `reput.pub` (one entry per queue that grew, with its new max offset)
+for the reader's long polling. Consume queues are flushed every
+`flush_interval_consume_queue` ms with `flush_consume_queue_least_pages`; every
+`flush_consume_queue_thorough_interval` ms and at drain, queues and index are flushed whole
+and then DISPATCHED_DURABLE, LOGICS_TS and INDEX_TS are raised (the flusher copies them into
+the checkpoint). When retention has moved MIN_PHY, consume-queue and index files that point
+only below it are deleted (at most every `clean_resource_interval` ms).
 
 A consume-queue or index file that cannot be created for want of space (ENOSPC, EDQUOT) is
 no crash (DESIGN.md section 4: a full disk shows as a status, never as a crash): the error is

@@ -74,9 +74,9 @@ def check_timeout(seconds: float, option: str = "--timeout") -> None:
 
 def check_name(option: str, name: str, what: str = "topic") -> None:
     """UsageError unless `name` is a legal topic (or group) name, as the store checks it."""
-    problem = topic_name_problem(name)
+    problem = topic_name_problem(name, what)
     if problem:
-        raise UsageError(f"{option} {name!r}: {what}{problem[len('topic'):]}")
+        raise UsageError(f"{option} {name!r}: {problem}")
 
 
 def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float) -> None:
