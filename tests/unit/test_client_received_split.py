@@ -1,7 +1,7 @@
 """ipc.received.split_records: the lean loop for v1 records with IPv4 hosts and the careful
 record-by-record loop it hands over to must together split any frame of records exactly (v1,
-v2, IPv6 hosts, in any mix), and refuse any frame that is not whole records wherever the bad
-bytes are."""
+v2, IPv6 hosts, in any mix, and runs of records of one size, which are split with numpy), and
+refuse any frame that is not whole records wherever the bad bytes are."""
 from __future__ import annotations
 
 import struct
@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from core.codec import MAGIC_BLANK, MAGIC_V2
 from core.decode import decode_message
-from ipc.received import _split_carefully, split_records
+from ipc.received import RUN_MIN, _split_carefully, _take_run, split_records
 from tests.unit.test_client_received import record, same
 
 KINDS = ("v4", "v6-born", "v6-store", "v2")
@@ -113,3 +113,52 @@ def test_the_lean_loop_defers_the_header_and_decodes_the_same_whatever_is_read_f
         getattr(view, first)                            # any first access, then everything agrees
         same(view, rec)
         assert view.body == body and view._h is not None
+
+
+def like(i: int, kind: str = "v4", body_len: int = 8) -> bytes:
+    """A record of one size whatever `i` is (below 10^5), as a producer's batch of like messages."""
+    if kind != "v4":
+        return make(kind, i, b"%05d" % i + b"x" * (body_len - 5))
+    return record(i, body=b"%05d" % i + b"x" * (body_len - 5), keys=f"k{i:05d}")
+
+
+def test_a_run_of_like_records_is_split_in_one_numpy_step():
+    recs = [like(i) for i in range(3 * RUN_MIN)]
+    frame = b"".join(recs)
+    out: list = []
+    assert _take_run(frame, 0, len(recs[0]), len(frame), out) == len(recs)
+    assert [v.body for v in out] == [b"%05dxxx" % i for i in range(len(recs))]
+    views = split_records(frame)
+    assert len(views) == len(recs) and all(v._h is None for v in views)
+    for view, rec in zip(views, recs):
+        same(view, rec)
+    out.clear()
+    assert _take_run(frame[:len(recs[0]) * (RUN_MIN - 1)], 0, len(recs[0]), len(recs[0]) * (RUN_MIN - 1),
+                     out) == 0 and out == []                 # too short to be worth a numpy step
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3 * RUN_MIN), st.sampled_from(KINDS), st.integers(5, 9)),
+                min_size=1, max_size=5), st.data())
+def test_runs_of_like_records_split_as_the_careful_loop_does_even_with_a_bad_byte(runs, data):
+    recs = [like(i, kind, body_len) for count, kind, body_len in runs for i in range(count)]
+    frame = bytearray(b"".join(recs))
+    if data.draw(st.booleans()):
+        pos = data.draw(st.integers(0, len(frame) - 1))
+        frame[pos] ^= data.draw(st.integers(1, 255))
+    frame = bytes(frame)
+    try:
+        fast = split_records(frame)
+    except ValueError:
+        fast = None
+    try:
+        slow = careful(frame)
+    except ValueError:
+        slow = None
+    assert (fast is None) == (slow is None)
+    if slow is not None:
+        assert [(v._p, v._n) for v in fast] == [(v._p, v._n) for v in slow]
+        assert [v._h or v._header() for v in fast] == [v._h for v in slow]
+        if bytes(frame) == b"".join(recs):
+            for view, rec in zip(fast, recs):
+                assert view.body == decode_message(rec).body
