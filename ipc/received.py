@@ -189,22 +189,50 @@ class ReceivedMessage:
                 f"queue_offset={self.queue_offset}, msg_id={self.msg_id}, body={self.body[:32]!r})")
 
 
+class RecordSpans:
+    """The records of one frame, found and checked by `find_records`: where each body starts
+    and how long it is (plus the header of each record the careful loop read), without an
+    object per record yet. `views` makes the ReceivedMessages."""
+    __slots__ = ("buf", "starts", "lens", "heads")
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+        self.starts: list = []
+        self.lens: list = []
+        self.heads: dict = {}          # index -> header tuple, for records the careful loop took
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def views(self) -> list:
+        n, heads = len(self.starts), self.heads
+        out = list(map(ReceivedMessage, repeat(self.buf, n), self.starts, self.lens))
+        for i, h in heads.items():
+            out[i]._h = h
+        return out
+
+
 def split_records(buf) -> list:
-    """ReceivedMessage views of the records concatenated in `buf` (copied once into bytes when
-    it is another buffer). Anything that is not a whole record (a blank, a bad magic, a length
-    that runs past the end) raises ValueError: the frame is not what the protocol says.
+    """ReceivedMessage views of the records concatenated in `buf` (`find_records`)."""
+    return find_records(buf).views()
+
+
+def find_records(buf) -> RecordSpans:
+    """The records concatenated in `buf` (copied once into bytes when it is another buffer).
+    Anything that is not a whole record (a blank, a bad magic, a length that runs past the end)
+    raises ValueError: the frame is not what the protocol says.
 
     Version-1 records with IPv4 hosts (nearly all) go through a lean loop: one unpack of four
-    header fields, a few comparisons, the view (its header unpacked later, when asked). Where
-    two records in a row have one size (a producer's batch of like messages), `_take_run`
-    checks the records of that size that follow in one numpy step and makes their views
-    without a loop in Python. At the first other record (v2 magic, an IPv6 host) or anything
-    doubtful, the record-by-record loop takes over from there; it has the final word on what
-    is a record and says where a bad frame went wrong."""
+    header fields, a few comparisons, where the body is (the header is unpacked later, when
+    asked). Where two records in a row have one size (a producer's batch of like messages),
+    `_take_run` checks the records of that size that follow in one numpy step, without a loop
+    in Python. At the first other record (v2 magic, an IPv6 host) or anything doubtful, the
+    record-by-record loop takes over from there; it has the final word on what is a record and
+    says where a bad frame went wrong."""
     if type(buf) is not bytes:
         buf = bytes(buf)
-    out: list = []
-    append, cls = out.append, ReceivedMessage
+    out = RecordSpans(buf)
+    starts, lens = out.starts, out.lens
     unpack = _LEAN.unpack_from
     pos, end = 0, len(buf)
     last = try_run_at = 0
@@ -219,23 +247,25 @@ def split_records(buf) -> list:
                 if taken:
                     continue
                 try_run_at = pos + RUN_MIN * total       # not a run: look again further on
-            append(cls(buf, pos + _V4_SIZE, body_len))
+            starts.append(pos + _V4_SIZE)
+            lens.append(body_len)
             last = total
             pos += total
     except struct.error:
         pass                                       # a short tail: the careful loop says so
     if pos > end:                                  # the last record ran past the end
-        out.clear()
+        starts.clear()
+        lens.clear()
         pos = 0
     if pos < end:
         _split_carefully(buf, pos, out)
     return out
 
 
-def _take_run(buf: bytes, pos: int, size: int, end: int, out: list) -> int:
-    """Append the views of the records of `size` bytes that lie back to back from `pos` and
-    pass the lean loop's checks (read as a strided numpy view, in windows that grow eightfold
-    so that a short run costs little); return how many, 0 when fewer than RUN_MIN."""
+def _take_run(buf: bytes, pos: int, size: int, end: int, out: RecordSpans) -> int:
+    """Add the records of `size` bytes that lie back to back from `pos` and pass the lean
+    loop's checks (read as a strided numpy view, in windows that grow eightfold so that a
+    short run costs little); return how many, 0 when fewer than RUN_MIN."""
     n, room, window = 0, (end - pos) // size, 64
     while n < room:
         hi = min(room, n + window)
@@ -246,9 +276,9 @@ def _take_run(buf: bytes, pos: int, size: int, end: int, out: list) -> int:
         good = len(ok) if ok.all() else int(ok.argmin())
         if good < RUN_MIN and not n:
             return 0
-        first = pos + (n * size) + _V4_SIZE
-        lens = repeat(int(body[0]), good) if (body[:good] == body[0]).all() else body[:good].tolist()
-        out.extend(map(ReceivedMessage, repeat(buf, good), range(first, first + good * size, size), lens))
+        first = pos + n * size + _V4_SIZE
+        out.starts.extend(range(first, first + good * size, size))
+        out.lens.extend(repeat(int(body[0]), good) if (body[:good] == body[0]).all() else body[:good].tolist())
         n += good
         if good < len(ok):
             break
@@ -256,8 +286,8 @@ def _take_run(buf: bytes, pos: int, size: int, end: int, out: list) -> int:
     return n
 
 
-def _split_carefully(buf: bytes, pos: int, out: list) -> None:
-    """Append the views of the records from `pos` on, checking each."""
+def _split_carefully(buf: bytes, pos: int, out: RecordSpans) -> None:
+    """Add the records from `pos` on, checking each."""
     end = len(buf)
     try:
         while pos < end:
@@ -272,7 +302,9 @@ def _split_carefully(buf: bytes, pos: int, out: list) -> None:
             if (h[1] != MAGIC_V1 and h[1] != MAGIC_V2) or total < _MIN_RECORD or pos + total > end \
                     or h[14] < 0 or size + h[14] > total:
                 raise ValueError(f"no whole record at {pos} of a {end}-byte frame")
-            out.append(ReceivedMessage(buf, pos + size, h[14], h))
+            out.heads[len(out.starts)] = h
+            out.starts.append(pos + size)
+            out.lens.append(h[14])
             pos += total
     except struct.error:
         raise ValueError(f"a truncated record at {pos} of a {end}-byte frame") from None

@@ -6,6 +6,7 @@ messages dropped by seeks, and no queue starved by another's backlog. Records ar
 CommitLog records (core.codec)."""
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 import zmq
 
 from ipc.consumer import Consumer
+from ipc.received import RecordSpans
 from tests.unit.scripted_peer import Peer
 from tests.unit.test_client_consumer import records
 
@@ -216,3 +218,42 @@ def test_a_backlog_does_not_starve_the_other_queues(sim, max_in_flight):
     queues = by_queue(got)
     assert all(queues[q] == list(range(40)) for q in (1, 2, 3))
     assert queues[0] == list(range(len(queues[0]))) and len(queues[0]) < 20000 // 4
+
+
+def test_messages_are_made_when_poll_hands_them_out_with_the_collector_paused(sim, monkeypatch):
+    script, peer = sim([3000, 3000], cap=600)
+    made_in_collection, making = [], [False]
+    real_views = RecordSpans.views
+
+    def views(spans):
+        making[0] = True
+        try:
+            return real_views(spans)
+        finally:
+            making[0] = False
+
+    def watch(phase, info):
+        if phase == "start" and making[0]:
+            made_in_collection.append(info["generation"])
+    monkeypatch.setattr(RecordSpans, "views", views)
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)                          # a collection every 50 new objects, unless paused
+    gc.callbacks.append(watch)
+    try:
+        with Consumer(peer.endpoint, "g", "t", auto_commit=False, max_msgs=1024, long_poll_ms=50) as c:
+            first = c.poll(5000, max_records=1)
+            deadline = time.monotonic() + 10
+            while not any(type(e[1]) is RecordSpans for e in c._pulls.ready):   # found, not made yet
+                assert time.monotonic() < deadline, "no reply buffered as found records"
+                c._conn.wait(c._pulls.has_arrivals, 0.1)
+                c._pulls.process()
+            assert gc.isenabled()
+            gc.disable()
+            rest = drain(c, lambda out: len(first) + len(out) >= 6000)
+            assert not gc.isenabled()                 # the application's choice is kept
+            gc.enable()
+    finally:
+        gc.callbacks.remove(watch)
+        gc.set_threshold(*threshold)
+    assert by_queue(first + rest) == {0: list(range(3000)), 1: list(range(3000))}
+    assert made_in_collection == []
