@@ -39,6 +39,10 @@ FEW_RECORDS = 32                  # smaller batches of `Rows` are applied withou
 log = logging.getLogger(__name__)
 
 
+def _carry_on() -> None:
+    """The default `give_way`: nothing."""
+
+
 class DispatchStop:
     DONE = "done"          # reached the limit
     PARTIAL = "partial"    # the next record is not wholly below the limit yet
@@ -49,13 +53,16 @@ class Dispatcher:
     """Builds consume queues and the index from CommitLog records.
 
     `on_arrive(topic, queue_id, next_queue_offset)` is called once per queue and batch after
-    its entries are written (long-poll wakeups)."""
+    its entries are written (long-poll wakeups). `give_way()`, when given, is called between
+    the steps of each batch (after the scan, between consume queues and index): the reput
+    process passes `os.sched_yield` (services/reput.py says why)."""
 
-    def __init__(self, commitlog, cq_store, index_service=None, on_arrive=None):
+    def __init__(self, commitlog, cq_store, index_service=None, on_arrive=None, give_way=None):
         self.commitlog = commitlog
         self.cq_store = cq_store
         self.index_service = index_service
         self.on_arrive = on_arrive
+        self.give_way = give_way or _carry_on
         self.last_store_timestamp = 0
 
     def run(self, from_offset: int, limit: int, check_crc: bool = False, progress=None,
@@ -80,6 +87,7 @@ class Dispatcher:
                     batch = ScanBatch()
                     pos, why = scan_segment(buf, pos, end, base, check_crc, batch, BATCH_RECORDS)
                     if apply and batch:
+                        self.give_way()
                         self.apply(batch)
                     if why is not ScanEnd.LIMIT or pos >= end:
                         break
@@ -119,6 +127,7 @@ class Dispatcher:
             skipped = kinds == SYSFLAG_TRANSACTION_ROLLBACK
         store_ts = batch.column("store_ts")
         if self.index_service is not None:
+            self.give_way()
             self._index(batch, store_ts, skipped)
         self.last_store_timestamp = int(store_ts[-1])
 
@@ -216,6 +225,7 @@ class Dispatcher:
         for (topic, queue_id), run in runs.items():
             self._put_run(topic, queue_id, run[0], b"".join(run[1]), run[2], run[3])
         if self.index_service is not None:
+            self.give_way()
             skips = [kind == SYSFLAG_TRANSACTION_ROLLBACK for kind in kinds]
             self._index_each(rows.topic, rows.keys, rows.uniq, rows.phys, rows.store_ts, skips)
         self.last_store_timestamp = rows.store_ts[-1]

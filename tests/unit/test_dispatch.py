@@ -381,3 +381,17 @@ def test_runs_write_what_record_by_record_dispatch_writes(tiny_config, groups, c
         assert reached == (end, DispatchStop.DONE)
     assert {a: max(b[2] for b in arrived if b[:2] == a) for a in {b[:2] for b in arrived}} == \
         {a: max(b[2] for b in arrived_1 if b[:2] == a) for a in {b[:2] for b in arrived_1}}
+
+
+@pytest.mark.parametrize("count", [5, 200])           # the plain-Python and the numpy step
+def test_dispatch_gives_way_between_its_steps(parts, count):
+    steps = []
+    parts.dispatcher.give_way = lambda: steps.append("give way")
+    parts.dispatcher.on_arrive = lambda *arrival: steps.append("queue")
+    for i in range(count):
+        parts.put(Message("T", b"%05d" % i, queue_id=i % 2, keys="k%05d" % i))
+    assert parts.dispatcher.run(0, parts.log.get_max_offset())[1] is DispatchStop.DONE
+    batches = steps.count("give way") // 2
+    assert batches >= 1 and steps[0] == "give way" and steps[-1] == "give way"
+    assert steps == (["give way", "queue", "queue", "give way"] * batches)   # scan | queues | index
+    assert parts.index.query_offset("T", "k%05d" % (count - 1), 10, 0, 1 << 62)[0]
