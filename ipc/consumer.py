@@ -8,6 +8,9 @@ offset the store no longer has is corrected with the `next_begin_offset` of the 
 RocketMQ's pull consumer does.
 
 Pulls use the "raw" format and return `ipc.received.ReceivedMessage` views decoded on demand.
+A reply's records are checked when it arrives; their message objects are made when `poll`
+hands them out, with Python's garbage collector paused while it makes them (ipc/pulls.py
+says why; an application that disabled the collector finds it still disabled).
 Each asks the reader to repeat it (`repeat`, docs/PROTOCOL.md) up to `max_msgs` messages in
 all, so that one round trip brings what many pulls under the store's transfer limits (32
 messages each by default) would. They are pipelined (docs/PROTOCOL.md, "Pipelining pulls"): up
