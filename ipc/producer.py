@@ -289,7 +289,9 @@ def _message_meta(m: Message, uniq: str) -> dict:
 def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list]:
     """(fields, frames, uniq_keys) of a `put_batch` request. `items` are bodies (bytes or str)
     or core.Message objects (their tags, keys, properties and flag are kept). One body given
-    where the list belongs raises TypeError (a str would be sent one message per character)."""
+    where the list belongs raises TypeError (a str would be sent one message per character); a
+    Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of
+    mixed topics (an empty topic stands for the batch's)."""
     if isinstance(items, (str, bytes, bytearray, memoryview)):
         raise TypeError("a batch is a list of bodies or Messages, not one body")
     n = len(items)
@@ -302,6 +304,9 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         bodies, metas = [], []
         for item, k in zip(items, keys):
             if isinstance(item, Message):
+                if item.topic and item.topic != topic:
+                    raise ValueError(f"a batch is of one topic: a message of topic {item.topic!r} "
+                                     f"in a batch sent to {topic!r}")
                 bodies.append(_as_body(item.body))
                 meta = _message_meta(item, k)
                 metas.append(meta)

@@ -66,8 +66,8 @@ def test_batch_fast_path():
 
 
 def test_batch_of_messages_keeps_their_metadata():
-    items = [Message("ignored", b"one", tags="A", keys=["k1"], properties={"x": "1"}, flag=5),
-             "two", b"three", Message("ignored", b"four", properties={UNIQ_KEY: "OWN"})]
+    items = [Message("orders", b"one", tags="A", keys=["k1"], properties={"x": "1"}, flag=5),
+             "two", b"three", Message("", b"four", properties={UNIQ_KEY: "OWN"})]
     fields, frames, keys = encode_batch("orders", items, wait=False)
     assert frames == [b"onetwothreefour"] and fields["sizes"] == [3, 3, 5, 4]
     m0, m1, m2, m3 = fields["messages"]
@@ -77,12 +77,17 @@ def test_batch_of_messages_keeps_their_metadata():
 
 
 def test_batch_is_what_the_appender_parses():
-    items = [b"x" * 10, Message("t", b"yy", tags="B", keys="k"), b"zzz"]
+    items = [b"x" * 10, Message("orders", b"yy", tags="B", keys="k"), b"zzz"]
     fields, frames, keys = encode_batch("orders", items)
     req = parse_put_batch(roundtrip(fields, "put_batch"), frames, HOST, NOW, 1 << 20)
     assert [bytes(m.body) for m in req.messages] == [b"x" * 10, b"yy", b"zzz"]
     assert [m.properties[UNIQ_KEY] for m in req.messages] == keys
     assert req.messages[1].tags == "B" and req.messages[1].keys == "k"
+
+
+def test_a_batch_of_mixed_topics_is_refused():
+    with pytest.raises(ValueError, match="'other'"):
+        encode_batch("orders", [Message("orders", b"a"), Message("other", b"b")])
 
 
 def test_empty_batch_is_refused():
