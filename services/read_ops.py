@@ -36,9 +36,9 @@ INT64_MAX = (1 << 63) - 1
 
 def _name(env: dict, key: str, code: ErrorCode = ErrorCode.BAD_TOPIC) -> str:
     value = field(env, key, str)
-    problem = topic_name_problem(value)
+    problem = topic_name_problem(value, key)         # "group 'a b' has characters outside ..."
     if problem:
-        raise ProtocolError(code, f"{key}: {problem}")
+        raise ProtocolError(code, problem)
     return value
 
 

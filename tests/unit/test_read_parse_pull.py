@@ -53,6 +53,8 @@ def test_bad_fields_are_named_even_after_good_requests(field, value, code):
     with pytest.raises(ProtocolError) as e:
         parse_pull(dict(BASE, **{field: value}))
     assert e.value.code == code and field in e.value.reason
+    if field in ("group", "topic") and isinstance(value, str):
+        assert e.value.reason.startswith(f"{field} {value!r} has characters outside")
 
 
 @settings(max_examples=300, deadline=None)
