@@ -52,7 +52,8 @@ class Admin:
         return self._strip(self._conn.call("appender", "create_topic", topic=topic, queues=queues))
 
     def topic_info(self, topic: str) -> dict | None:
-        """{"topic", "queues"}, or None when the topic does not exist."""
+        """{"topic", "queues", "write_queues"} (the queues consumers read, the queues puts go
+        to: fewer after the topic's queue count was lowered), or None when it does not exist."""
         try:
             return self._strip(self._conn.call("reader", "topic_info", topic=topic))
         except MQError as e:

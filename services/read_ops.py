@@ -290,5 +290,11 @@ class ReadOps:
         return reply(env.get("rid", 0), OK, {"topics": topics})
 
     def op_topic_info(self, env, frames, peer):
+        """`queues`: the queues a consumer reads (RocketMQ's read queue count: every queue of
+        the topic's table and every queue that holds messages); `write_queues`: the queues
+        puts go to (the table's count, RocketMQ's write queue count). They differ after a
+        topic's queue count was lowered: the higher queues keep their messages."""
         topic = _name(env, "topic")
-        return reply(env.get("rid", 0), OK, {"topic": topic, "queues": len(self._known_queue_ids(topic))})
+        queues = len(self._known_queue_ids(topic))
+        return reply(env.get("rid", 0), OK, {"topic": topic, "queues": queues,
+                                             "write_queues": self.topics.get(topic) or queues})

@@ -116,7 +116,7 @@ def run(args) -> int:
     try:
         address = locate(args)[0]
         if args.queue is not None:
-            check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout)
+            check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout, write=True)
     except (ValueError, OSError, NotRunning, TimeoutError, MQError) as e:
         print(f"mqstore produce: {e}", file=sys.stderr)
         return 1

@@ -79,18 +79,22 @@ def check_name(option: str, name: str, what: str = "topic") -> None:
         raise UsageError(f"{option} {name!r}: {problem}")
 
 
-def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float) -> None:
-    """UsageError when `topic` exists and one of `queue_ids` is not one of its queues. A topic
-    that does not exist yet is not checked (the store decides its queues when it creates it)."""
+def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float,
+                    write: bool = False) -> None:
+    """UsageError when `topic` exists and one of `queue_ids` is not one of its queues (with
+    `write`, of the queues puts go to, which are fewer after its queue count was lowered). A
+    topic that does not exist yet is not checked (the store decides its queues when it
+    creates it)."""
     with Admin(address, timeout=timeout) as admin:
         info = admin.topic_info(topic)
     if info is None:
         return
-    count = info["queues"]
+    count = info.get("write_queues", info["queues"]) if write else info["queues"]
     bad = [q for q in queue_ids if q >= count]
     if bad:
+        what = "queues that take puts" if write and count != info["queues"] else "queues"
         raise UsageError(f"{option} {','.join(map(str, bad))}: topic {topic} has {count} "
-                         f"queues: 0..{count - 1}")
+                         f"{what}: 0..{count - 1}")
 
 
 def locate(args) -> tuple[str, int | None, str | None]:

@@ -70,3 +70,15 @@ def test_a_reader_that_stops_reading_ends_the_output_quietly(running):
     proc.stdout.close()                                  # as `head -1` does
     err = proc.stderr.read().decode()
     assert proc.wait(30) == 141 and "Traceback" not in err, err
+
+
+def test_after_its_queue_count_is_lowered_a_topic_takes_puts_on_fewer_queues_and_is_read_whole(running):
+    a = running.address
+    assert cli("topics", "--create", "shrinks", "--queues", "4", "--address", a).returncode == 0
+    assert cli("produce", "--topic", "shrinks", "--body", "x", "--queue", "3", "--address", a).returncode == 0
+    assert cli("topics", "--create", "shrinks", "--queues", "2", "--address", a).returncode == 0
+    put = cli("produce", "--topic", "shrinks", "--body", "y", "--queue", "3", "--address", a)
+    assert put.returncode == 2, put.stdout + put.stderr
+    assert "--queue 3: topic shrinks has 2 queues that take puts: 0..1" in put.stderr
+    got = cli("consume", "--topic", "shrinks", "--group", "g", "--queues", "3", "--address", a)
+    assert got.returncode == 0 and got.stdout.startswith("3:0\t"), got.stdout + got.stderr

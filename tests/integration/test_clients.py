@@ -224,7 +224,7 @@ def test_iteration(store, producer):
 
 def test_admin(store, producer, admin):
     assert admin.create_topic("adm", 3) == {"topic": "adm", "queues": 3}
-    assert admin.topic_info("adm") == {"topic": "adm", "queues": 3} and admin.topic_info("no-such") is None
+    assert admin.topic_info("adm") == {"topic": "adm", "queues": 3, "write_queues": 3} and admin.topic_info("no-such") is None
     assert "adm" in admin.topics() and admin.topics()["adm"] == 3
     r = producer.send("adm", b"find me", keys="order-9 other", queue_id=2)
     assert wait_for(lambda: admin.query_by_key("adm", "order-9"), 10)

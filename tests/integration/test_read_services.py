@@ -242,7 +242,8 @@ def test_queries(services):
     assert [q["max_offset"] for q in c.call("queue_offsets", topic="Other")[0]["queues"]] == [0, 0, 0, 20]
     assert c.call("queue_offsets", topic="Nope")[0]["code"] == 6
     assert c.call("topics")[0]["topics"] == [{"topic": "Other", "queues": 4}, {"topic": "T", "queues": 1}]
-    assert c.call("topic_info", topic="Other")[0] == {"rid": c.rid, "status": "OK", "topic": "Other", "queues": 4}
+    assert c.call("topic_info", topic="Other")[0] == {"rid": c.rid, "status": "OK", "topic": "Other", "queues": 4,
+                                                      "write_queues": 4}
     assert c.call("topic_info", topic="Nope")[0]["code"] == 6
 
 
