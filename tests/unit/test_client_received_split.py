@@ -36,6 +36,24 @@ def careful(buf: bytes) -> list:
     return out.views()
 
 
+def both_split_alike(frame: bytes):
+    """The fast split and the careful loop agree on `frame`: both refuse it, or both find the
+    same records (bodies and headers); the fast split's views, or None."""
+    try:
+        fast = split_records(frame)
+    except ValueError:
+        fast = None
+    try:
+        slow = careful(frame)
+    except ValueError:
+        slow = None
+    assert (fast is None) == (slow is None)
+    if slow is not None:
+        assert [(v._p, v._n) for v in fast] == [(v._p, v._n) for v in slow]
+        assert [v._h or v._header() for v in fast] == [v._h for v in slow]
+    return fast
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(KINDS), st.binary(max_size=64)), max_size=12))
 def test_any_mix_of_records_splits_exactly(specs):
@@ -56,20 +74,7 @@ def test_a_bad_byte_anywhere_is_refused_or_still_whole_records(kinds, data):
     frame = bytearray(b"".join(recs))
     pos = data.draw(st.integers(0, len(frame) - 1))
     frame[pos] ^= data.draw(st.integers(1, 255))
-    frame = bytes(frame)
-    try:
-        fast = split_records(frame)
-    except ValueError:
-        fast = None
-    try:
-        slow = careful(frame)
-    except ValueError:
-        slow = None
-    if slow is None:
-        assert fast is None                              # refused by both
-    else:                                                # e.g. a flipped body byte: still records
-        assert fast is not None and [(v._p, v._n) for v in fast] == [(v._p, v._n) for v in slow]
-        assert [v._h or v._header() for v in fast] == [v._h for v in slow]
+    both_split_alike(bytes(frame))                       # e.g. a flipped body byte: still records
 
 
 def test_truncated_and_overlong_frames():
@@ -148,19 +153,6 @@ def test_runs_of_like_records_split_as_the_careful_loop_does_even_with_a_bad_byt
     if data.draw(st.booleans()):
         pos = data.draw(st.integers(0, len(frame) - 1))
         frame[pos] ^= data.draw(st.integers(1, 255))
-    frame = bytes(frame)
-    try:
-        fast = split_records(frame)
-    except ValueError:
-        fast = None
-    try:
-        slow = careful(frame)
-    except ValueError:
-        slow = None
-    assert (fast is None) == (slow is None)
-    if slow is not None:
-        assert [(v._p, v._n) for v in fast] == [(v._p, v._n) for v in slow]
-        assert [v._h or v._header() for v in fast] == [v._h for v in slow]
-        if bytes(frame) == b"".join(recs):
-            for view, rec in zip(fast, recs):
-                assert view.body == decode_message(rec).body
+    fast = both_split_alike(bytes(frame))
+    if bytes(frame) == b"".join(recs):
+        assert [view.body for view in fast] == [decode_message(rec).body for rec in recs]
