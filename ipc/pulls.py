@@ -287,8 +287,6 @@ class PullPipeline:
         self.ready = kept
 
 
-
-
 def hand_out(spans) -> list:
     """The ReceivedMessages of `spans` (a RecordSpans, or [] for an empty answer), made with
     the garbage collector paused (module docstring)."""

@@ -278,7 +278,8 @@ def _take_run(buf: bytes, pos: int, size: int, end: int, out: RecordSpans) -> in
             return 0
         first = pos + n * size + _V4_SIZE
         out.starts.extend(range(first, first + good * size, size))
-        out.lens.extend(repeat(int(body[0]), good) if (body[:good] == body[0]).all() else body[:good].tolist())
+        lens = body[:good]
+        out.lens.extend(repeat(int(lens[0]), good) if (lens == lens[0]).all() else lens.tolist())
         n += good
         if good < len(ok):
             break
