@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import gc
 import logging
+import threading
 import time
 
 from ipc.connection import Connection, ConnectionClosed
@@ -287,15 +288,38 @@ class PullPipeline:
         self.ready = kept
 
 
+class _CollectorPause:
+    """Pauses the garbage collector while any thread makes messages, and enables it again
+    when the last one is done, if it was enabled when the first began. Counted under a lock:
+    two consumers in two threads, each reading "enabled" and then disabling, could otherwise
+    leave the collector disabled for good."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._active = 0
+        self._resume = False
+
+    def __enter__(self):
+        with self._lock:
+            if not self._active:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._active += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._active -= 1
+            if not self._active and self._resume:
+                gc.enable()
+
+
+_PAUSE = _CollectorPause()
+
+
 def hand_out(spans) -> list:
     """The ReceivedMessages of `spans` (a RecordSpans, or [] for an empty answer), made with
     the garbage collector paused (module docstring)."""
     if not spans:
         return []
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _PAUSE:
         return spans.views()
-    finally:
-        if enabled:
-            gc.enable()

@@ -257,3 +257,57 @@ def test_messages_are_made_when_poll_hands_them_out_with_the_collector_paused(si
         gc.set_threshold(*threshold)
     assert by_queue(first + rest) == {0: list(range(3000)), 1: list(range(3000))}
     assert made_in_collection == []
+
+
+class FakeCollector:
+    """Stands for the gc module in ipc.pulls: an enabled flag, and a hook run when a thread
+    has read it (the moment a second consumer thread reads "disabled" as the first is done)."""
+
+    def __init__(self):
+        self.enabled = True
+        self.after_read = None
+
+    def isenabled(self):
+        seen = self.enabled
+        if self.after_read is not None:
+            self.after_read()
+        return seen
+
+    def disable(self):
+        self.enabled = False
+
+    def enable(self):
+        self.enabled = True
+
+
+def test_two_threads_making_messages_leave_the_collector_enabled(monkeypatch):
+    import ipc.pulls as pulls
+    fake = FakeCollector()
+    monkeypatch.setattr(pulls, "gc", fake)
+    monkeypatch.setattr(pulls, "_PAUSE", pulls._CollectorPause())
+    first_inside, second_read, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    class Slow(RecordSpans):
+        def views(self):
+            first_inside.set()
+            second_read.wait(0.5)         # the second thread reads the flag meanwhile (if it does)
+            return []
+
+    def second_reads():
+        if threading.current_thread().name == "second":
+            second_read.set()
+            first_done.wait(0.5)          # ... and disables only after the first enabled again
+
+    slow = Slow(b"")
+    slow.starts.append(0)
+    quick = RecordSpans(b"")
+    quick.starts.append(0)
+    fake.after_read = second_reads
+    first = threading.Thread(target=lambda: (pulls.hand_out(slow), first_done.set()), name="first")
+    first.start()
+    assert first_inside.wait(5)
+    second = threading.Thread(target=pulls.hand_out, args=(quick,), name="second")
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert fake.enabled
