@@ -311,3 +311,28 @@ def test_two_threads_making_messages_leave_the_collector_enabled(monkeypatch):
     first.join(5)
     second.join(5)
     assert fake.enabled
+
+
+def test_making_messages_sets_off_no_collection_of_the_last_ones_made():
+    import ipc.pulls as pulls
+    spans = RecordSpans(b"x" * 4096)
+    spans.starts.extend(range(1000))
+    spans.lens.extend([8] * 1000)
+    inside, started = [False], []
+
+    def watch(phase, info):
+        if phase == "start" and inside[0]:
+            started.append(info["generation"])
+    threshold = gc.get_threshold()
+    gc.callbacks.append(watch)
+    gc.set_threshold(1)                  # any tracked allocation while enabled collects
+    try:
+        last = pulls.hand_out(spans)     # alive, young: a collection now would walk them
+        inside[0] = True
+        made = pulls.hand_out(spans)
+        inside[0] = False
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(watch)
+    assert len(last) == len(made) == 1000 and gc.isenabled()
+    assert started == []
