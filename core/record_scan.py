@@ -267,7 +267,7 @@ def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: Scan
         return 0
     t0 = tpos[0]
     body = t0 - pos - _HEAD_SIZE
-    n = _run_length(buf, pos, base, total, body, count)
+    n = like_run_length(buf, pos, base, total, body, count)
     if n < NUMPY_MIN_RECORDS:
         return 0
     head = np.ndarray((n,), _HEADER_DTYPE, buf, pos, (total,))
@@ -290,18 +290,21 @@ def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: Scan
     return (taken or 0) * total
 
 
-def _run_length(buf, pos: int, base: int, total: int, body: int, count: int) -> int:
+def like_run_length(buf, pos: int, base: int | None, total: int, body: int, count: int) -> int:
     """How many of the `count` frames of `total` bytes from `pos` have that size, the version 1
-    magic, a body of `body` bytes, IPv4 hosts, and lie where they say; read in windows that
-    grow eightfold, so that a short run costs little however many frames could follow."""
+    magic, a body of `body` bytes, IPv4 hosts, and (unless `base` is None) lie where they say,
+    the frame at `pos` at physical offset `base + pos`; read in windows that grow eightfold, so
+    that a short run costs little however many frames could follow. A pull reply's records are
+    runs of the CommitLog back to back: the client's split (ipc.received) passes None."""
     n, window = 0, 32
     while n < count:
         hi = min(count, n + window)
         head = np.ndarray((hi - n,), _HEADER_DTYPE, buf, pos + n * total, (total,))
-        at = base + pos + n * total
         ok = (head["total"] == total) & (head["magic"] == MAGIC_V1) & (head["body_len"] == body) \
-            & ((head["sys_flag"] & _V6_BITS) == 0) \
-            & (head["phys"] == np.arange(at, at + (hi - n) * total, total))
+            & ((head["sys_flag"] & _V6_BITS) == 0)
+        if base is not None:
+            at = base + pos + n * total
+            ok &= head["phys"] == np.arange(at, at + (hi - n) * total, total)
         del head
         if not ok.all():
             return n + int(ok.argmin())

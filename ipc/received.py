@@ -19,13 +19,12 @@ import base64
 import struct
 from itertools import repeat
 
-import numpy as np
-
 from core.codec import MAGIC_V1, MAGIC_V2
 from core.message import (
     DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
 )
+from core.record_scan import like_run_length
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
 # STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
@@ -35,9 +34,6 @@ _LEAN = struct.Struct(">ii28xi44xi")     # TOTALSIZE MAGIC SYSFLAG BODYLEN of a 
 _V4_SIZE = _HEADER_V4.size
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _MIN_RECORD = 91
-# TOTALSIZE MAGIC SYSFLAG BODYLEN of a v1 IPv4 record, as a numpy view with a record's size as stride
-_LEAN_DTYPE = np.dtype({"names": ["total", "magic", "sys_flag", "body_len"], "formats": [">i4"] * 4,
-                        "offsets": [0, 4, 36, 84], "itemsize": 88})
 RUN_MIN = 16                # from this many records of one size on, a run is split with numpy
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
@@ -225,8 +221,8 @@ def find_records(buf) -> RecordSpans:
     Version-1 records with IPv4 hosts (nearly all) go through a lean loop: one unpack of four
     header fields, a few comparisons, where the body is (the header is unpacked later, when
     asked). Where two records in a row have one size (a producer's batch of like messages),
-    `_take_run` checks the records of that size that follow in one numpy step, without a loop
-    in Python. At the first other record (v2 magic, an IPv6 host) or anything doubtful, the
+    `_take_run` checks the records of that size and body length that follow in one numpy step,
+    without a loop in Python. At the first other record (v2 magic, an IPv6 host) or anything doubtful, the
     record-by-record loop takes over from there; it has the final word on what is a record and
     says where a bad frame went wrong."""
     if type(buf) is not bytes:
@@ -242,7 +238,7 @@ def find_records(buf) -> RecordSpans:
             if magic != MAGIC_V1 or sys_flag & _V6_BITS or not 0 <= body_len <= total - _MIN_RECORD:
                 break
             if total == last and pos >= try_run_at and end - pos >= RUN_MIN * total:
-                taken = _take_run(buf, pos, total, end, out)
+                taken = _take_run(buf, pos, total, body_len, end, out)
                 pos += taken * total
                 if taken:
                     continue
@@ -262,28 +258,16 @@ def find_records(buf) -> RecordSpans:
     return out
 
 
-def _take_run(buf: bytes, pos: int, size: int, end: int, out: RecordSpans) -> int:
-    """Add the records of `size` bytes that lie back to back from `pos` and pass the lean
-    loop's checks (read as a strided numpy view, in windows that grow eightfold so that a
-    short run costs little); return how many, 0 when fewer than RUN_MIN."""
-    n, room, window = 0, (end - pos) // size, 64
-    while n < room:
-        hi = min(room, n + window)
-        head = np.ndarray((hi - n,), _LEAN_DTYPE, buf, pos + n * size, (size,))
-        body = head["body_len"]
-        ok = (head["total"] == size) & (head["magic"] == MAGIC_V1) \
-            & ((head["sys_flag"] & _V6_BITS) == 0) & (body >= 0) & (body <= size - _MIN_RECORD)
-        good = len(ok) if ok.all() else int(ok.argmin())
-        if good < RUN_MIN and not n:
-            return 0
-        first = pos + n * size + _V4_SIZE
-        out.starts.extend(range(first, first + good * size, size))
-        lens = body[:good]
-        out.lens.extend(repeat(int(lens[0]), good) if (lens == lens[0]).all() else lens.tolist())
-        n += good
-        if good < len(ok):
-            break
-        window *= 8
+def _take_run(buf: bytes, pos: int, size: int, body_len: int, end: int, out: RecordSpans) -> int:
+    """Add the records of `size` bytes with a body of `body_len` that lie back to back from
+    `pos` (`core.record_scan.like_run_length`: a strided numpy check, in windows that grow
+    eightfold); return how many, 0 when fewer than RUN_MIN."""
+    n = like_run_length(buf, pos, None, size, body_len, (end - pos) // size)
+    if n < RUN_MIN:
+        return 0
+    first = pos + _V4_SIZE
+    out.starts.extend(range(first, first + n * size, size))
+    out.lens.extend(repeat(body_len, n))
     return n
 
 

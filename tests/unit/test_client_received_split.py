@@ -131,14 +131,14 @@ def test_a_run_of_like_records_is_split_in_one_numpy_step():
     recs = [like(i) for i in range(3 * RUN_MIN)]
     frame = b"".join(recs)
     out = RecordSpans(frame)
-    assert _take_run(frame, 0, len(recs[0]), len(frame), out) == len(recs)
+    assert _take_run(frame, 0, len(recs[0]), 8, len(frame), out) == len(recs)
     assert [v.body for v in out.views()] == [b"%05dxxx" % i for i in range(len(recs))]
     views = split_records(frame)
     assert len(views) == len(recs) and all(v._h is None for v in views)
     for view, rec in zip(views, recs):
         same(view, rec)
     out = RecordSpans(frame)
-    assert _take_run(frame[:len(recs[0]) * (RUN_MIN - 1)], 0, len(recs[0]), len(recs[0]) * (RUN_MIN - 1),
+    assert _take_run(frame[:len(recs[0]) * (RUN_MIN - 1)], 0, len(recs[0]), 8, len(recs[0]) * (RUN_MIN - 1),
                      out) == 0 and len(out) == 0              # too short to be worth a numpy step
     spans = find_records(frame)                              # checked, no message made yet
     assert len(spans) == len(recs) and [v.body for v in spans.views()] == [v.body for v in views]
