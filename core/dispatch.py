@@ -55,14 +55,18 @@ class Dispatcher:
     `on_arrive(topic, queue_id, next_queue_offset)` is called once per queue and batch after
     its entries are written (long-poll wakeups). `give_way()`, when given, is called between
     the steps of each batch (after the scan, between consume queues and index): the reput
-    process passes `os.sched_yield` (services/reput.py says why)."""
+    process passes `os.sched_yield` (services/reput.py says why). `short_steps=(bytes,
+    records)`: a run over at most `bytes` of the log (a live store's few new records) is
+    taken `records` at a time, so that it gives way every few records."""
 
-    def __init__(self, commitlog, cq_store, index_service=None, on_arrive=None, give_way=None):
+    def __init__(self, commitlog, cq_store, index_service=None, on_arrive=None, give_way=None,
+                 short_steps: tuple[int, int] | None = None):
         self.commitlog = commitlog
         self.cq_store = cq_store
         self.index_service = index_service
         self.on_arrive = on_arrive
         self.give_way = give_way or _carry_on
+        self.short_steps = short_steps
         self.last_store_timestamp = 0
 
     def run(self, from_offset: int, limit: int, check_crc: bool = False, progress=None,
@@ -72,6 +76,9 @@ class Dispatcher:
         With apply=False it only walks and checks the records (finding the end of the log)."""
         queue = self.commitlog.queue
         offset = from_offset
+        step = BATCH_RECORDS
+        if self.short_steps is not None and limit - from_offset <= self.short_steps[0]:
+            step = self.short_steps[1]
         while offset < limit:
             mf = queue.find_mapped_file_by_offset(offset)
             if mf is None:
@@ -85,7 +92,7 @@ class Dispatcher:
                 end = min(mf.read_position, limit - base)
                 while True:
                     batch = ScanBatch()
-                    pos, why = scan_segment(buf, pos, end, base, check_crc, batch, BATCH_RECORDS)
+                    pos, why = scan_segment(buf, pos, end, base, check_crc, batch, step)
                     if apply and batch:
                         self.give_way()
                         self.apply(batch)

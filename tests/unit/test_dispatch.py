@@ -395,3 +395,27 @@ def test_dispatch_gives_way_between_its_steps(parts, count):
     assert batches >= 1 and steps[0] == "give way" and steps[-1] == "give way"
     assert steps == (["give way", "queue", "queue", "give way"] * batches)   # scan | queues | index
     assert parts.index.query_offset("T", "k%05d" % (count - 1), 10, 0, 1 << 62)[0]
+
+
+def test_a_short_range_is_dispatched_in_short_steps_and_a_long_one_in_one_batch(tiny_config,
+                                                                                 tmp_path):
+    def batches_for(count: int) -> tuple[int, int, int]:
+        p = Parts(tiny_config(store_path_root_dir=str(tmp_path / str(count))))
+        try:
+            scans = []
+            p.dispatcher = Dispatcher(p.log, p.cqs, p.index, give_way=lambda: scans.append(1),
+                                      short_steps=(64 << 10, 8))
+            for i in range(count):
+                p.put(Message("T", b"%05d" % i, queue_id=i % 2, keys="k%05d" % i))
+            end = p.log.get_max_offset()
+            assert p.dispatcher.run(0, end)[1] is DispatchStop.DONE
+            assert p.cqs.topic_queue_table() == {("T", 0): (count + 1) // 2, ("T", 1): count // 2}
+            assert p.index.query_offset("T", "k%05d" % (count - 1), 10, 0, 1 << 62)[0]
+            return len(scans) // 2, end, len(p.log.queue.files)   # a batch: scan | queues | index
+        finally:
+            p.close()
+
+    few, _, segments = batches_for(20)
+    assert (few, segments) == (3, 1)                            # 8 + 8 + 4 records
+    many, end, segments = batches_for(1000)
+    assert end > 64 << 10 and many == segments                  # one batch per 16 KiB segment
