@@ -19,7 +19,7 @@ import base64
 import struct
 from itertools import repeat
 
-from core.codec import MAGIC_V1, MAGIC_V2
+from core.codec import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from core.message import (
     DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
@@ -33,7 +33,6 @@ _HEADER_V4 = _HEADERS[8, 8]
 _LEAN = struct.Struct(">ii28xi44xi")     # TOTALSIZE MAGIC SYSFLAG BODYLEN of a v1 IPv4 record
 _V4_SIZE = _HEADER_V4.size
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_MIN_RECORD = 91
 RUN_MIN = 16                # from this many records of one size on, a run is split with numpy
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
@@ -235,7 +234,7 @@ def find_records(buf) -> RecordSpans:
     try:
         while pos < end:
             total, magic, sys_flag, body_len = unpack(buf, pos)
-            if magic != MAGIC_V1 or sys_flag & _V6_BITS or not 0 <= body_len <= total - _MIN_RECORD:
+            if magic != MAGIC_V1 or sys_flag & _V6_BITS or not 0 <= body_len <= total - MIN_RECORD_SIZE:
                 break
             if total == last and pos >= try_run_at and end - pos >= RUN_MIN * total:
                 taken = _take_run(buf, pos, total, body_len, end, out)
@@ -284,7 +283,7 @@ def _split_carefully(buf: bytes, pos: int, out: RecordSpans) -> None:
                 h = header.unpack_from(buf, pos)
                 size = header.size
             total = h[0]
-            if (h[1] != MAGIC_V1 and h[1] != MAGIC_V2) or total < _MIN_RECORD or pos + total > end \
+            if (h[1] != MAGIC_V1 and h[1] != MAGIC_V2) or total < MIN_RECORD_SIZE or pos + total > end \
                     or h[14] < 0 or size + h[14] > total:
                 raise ValueError(f"no whole record at {pos} of a {end}-byte frame")
             out.heads[len(out.starts)] = h
