@@ -95,6 +95,8 @@ class UniqKeyGenerator:
         self._used = 0
         self._counter = random.getrandbits(16)
         self._month = (0, 0)          # (this month's start, next month's start) in ms
+        self._head_ms = -1            # the millisecond that _head (the first 28 digits) is of
+        self._head = ""
         _GENERATORS.add(self)
 
     def _fixed(self) -> str:
@@ -109,23 +111,29 @@ class UniqKeyGenerator:
             self._month = start, end = _month_bounds_ms(ms)
         return (ms - start) & 0xFFFFFFFF
 
+    def _reserve(self, take: int) -> tuple[str, int]:
+        """(the first 28 digits, the first counter) of `take` keys under one time value (the
+        caller holds the lock)."""
+        ms = max(time.time_ns() // 1_000_000, self._ms)
+        if ms == self._ms and self._used + take > _KEYS_PER_MS:
+            ms += 1                                   # this millisecond is used up
+        if ms != self._ms:
+            self._ms, self._used = ms, 0
+        self._used += take
+        start = self._counter
+        self._counter = (start + take) & 0xFFFF
+        if ms != self._head_ms or not self._prefix:   # a new millisecond, or a forked child
+            self._head_ms = ms
+            self._head = self._fixed() + "%08X" % self._since_month(ms)
+        return self._head, start
+
     def next_keys(self, n: int) -> list:
         """`n` fresh keys, consecutive counters under one time value where possible."""
         out = []
         while n > 0:
             take = min(n, _KEYS_PER_MS)
             with self._lock:
-                prefix = self._fixed()
-                ms = max(time.time_ns() // 1_000_000, self._ms)
-                if ms == self._ms and self._used + take > _KEYS_PER_MS:
-                    ms += 1                           # this millisecond is used up
-                if ms != self._ms:
-                    self._ms, self._used = ms, 0
-                self._used += take
-                start = self._counter
-                self._counter = (start + take) & 0xFFFF
-                head = prefix + "%08X" % self._since_month(ms)
-            c = start
+                head, c = self._reserve(take)
             left = take
             while left:
                 lo = c & 0xFFF
@@ -138,7 +146,10 @@ class UniqKeyGenerator:
         return out
 
     def next_key(self) -> str:
-        return self.next_keys(1)[0]
+        """One fresh key: `next_keys(1)[0]` without the list (every single send takes one)."""
+        with self._lock:
+            head, c = self._reserve(1)
+        return head + _HEX1[c >> 12] + _HEX3[c & 0xFFF]
 
 
 UNIQ_KEYS = UniqKeyGenerator()

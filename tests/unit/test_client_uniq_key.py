@@ -122,3 +122,20 @@ def test_a_child_forked_while_the_lock_is_held_still_makes_keys():
     child = os.read(r, 64).decode()
     os.close(r)
     assert HEX32.match(child) and child[8:12] == f"{pid & 0xFFFF:04X}" and child[:20] != parent[:20]
+
+
+def test_single_keys_and_batches_share_one_counter_and_time_part():
+    gen = UniqKeyGenerator()
+    keys = [gen.next_key(), *gen.next_keys(3), gen.next_key(), gen.next_key()]
+    counters = [int(k[28:], 16) for k in keys]
+    assert all((b - a) & 0xFFFF == 1 for a, b in zip(counters, counters[1:]))
+    assert len({k[:20] for k in keys}) == 1 and len(set(keys)) == 6
+    assert all(HEX32.match(k) for k in keys)
+
+
+def test_more_single_keys_than_the_counter_holds_are_unique():
+    gen = UniqKeyGenerator()
+    gen._ms = time.time_ns() // 1_000_000 + 60_000       # a clock that stands still for a minute
+    keys = [gen.next_key() for _ in range(70_000)]
+    assert len(set(keys)) == 70_000
+    assert len({k[20:28] for k in keys}) == 2               # 65,536 under one time value, then the next
