@@ -221,9 +221,9 @@ def find_records(buf) -> RecordSpans:
     header fields, a few comparisons, where the body is (the header is unpacked later, when
     asked). Where two records in a row have one size (a producer's batch of like messages),
     `_take_run` checks the records of that size and body length that follow in one numpy step,
-    without a loop in Python. At the first other record (v2 magic, an IPv6 host) or anything doubtful, the
-    record-by-record loop takes over from there; it has the final word on what is a record and
-    says where a bad frame went wrong."""
+    without a loop in Python. At the first other record (v2 magic, an IPv6 host) or anything
+    doubtful, the record-by-record loop takes over from there; it has the final word on what is
+    a record and says where a bad frame went wrong."""
     if type(buf) is not bytes:
         buf = bytes(buf)
     out = RecordSpans(buf)
@@ -234,7 +234,8 @@ def find_records(buf) -> RecordSpans:
     try:
         while pos < end:
             total, magic, sys_flag, body_len = unpack(buf, pos)
-            if magic != MAGIC_V1 or sys_flag & _V6_BITS or not 0 <= body_len <= total - MIN_RECORD_SIZE:
+            if magic != MAGIC_V1 or sys_flag & _V6_BITS \
+                    or not 0 <= body_len <= total - MIN_RECORD_SIZE:
                 break
             if total == last and pos >= try_run_at and end - pos >= RUN_MIN * total:
                 taken = _take_run(buf, pos, total, body_len, end, out)
