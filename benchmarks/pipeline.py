@@ -20,7 +20,10 @@ most the consume duration: messages/s and MB/s. After the 1-producer single-mess
 latency probe sends one message at a time (one in flight) on the same store, once the store has
 dispatched and flushed what that run left behind (`wait_quiet`; otherwise the probe would time
 the tail of the earlier load rather than a put): the target on unbatched put p99 is checked on
-that probe, the latency of the loaded single-message run is printed beside it.
+that probe, the latency of the loaded single-message run is printed beside it. Right after the
+probe, and with the store still running beside it, a bare pyzmq echo (benchmarks/_echo_floor:
+the same request and reply sizes, one in flight, between two processes) gives the machine's
+floor for a put, printed as its own row: on small shared VMs its p99 moves from run to run.
 
 Redis (7.x, `redis-server` and `redis-benchmark` from the PATH) runs on a free port with a
 temporary directory, `appendonly yes`, `save ""`, `auto-aof-rewrite-percentage 0` and
@@ -61,6 +64,7 @@ from _pipeline_side import (                                                  # 
     BATCH, BATCH_WINDOW_MANY, BATCH_WINDOW_ONE, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess,
     batch_window, consume, percentile, produce_worker, warm_worker, worker_ready,
 )
+from _echo_floor import EchoServer, echo_worker                               # noqa: E402
 from _redis_peer import RedisServer                                           # noqa: E402
 
 MANY = 16
@@ -236,7 +240,7 @@ class Row:
     target: str = ""
     met: bool | None = None
     notes: dict = field(default_factory=dict)
-    kind: str = ""                 # produce, consume, probe
+    kind: str = ""                 # produce, consume, probe, floor
     size: int = 0
     flush: str = ""
     batched: bool = False
@@ -248,8 +252,9 @@ class Row:
 
 
 class PipelineBench:
-    def __init__(self, root: str, plan: Plan, pool, foreign: ForeignLoad):
+    def __init__(self, root: str, plan: Plan, pool, foreign: ForeignLoad, echo_address: str):
         self.root, self.plan, self.pool, self.foreign = root, plan, pool, foreign
+        self.echo_address = echo_address
         self.rows: list[Row] = []
         self.runs = 0
 
@@ -300,11 +305,17 @@ class PipelineBench:
                     f"    note: the store was still dispatching or flushing {settle:.0f} s after the run")
                 with self.foreign.paused():
                     _, p = self.produce(store, size, False, 1, self.plan.probe_s, one_at_a_time=True)
+                    e = self.echo_floor(size)
                 self.rows.append(Row(f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight",
                                      p["acked"] / p["seconds"], p["bytes"] / p["seconds"] / L.MB,
                                      p["p50_ms"], p["p99_ms"], kind="probe", size=size, flush=flush,
                                      producers=1, notes=p))
-                say(f"    1 in flight: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms")
+                self.rows.append(Row(f"pyzmq echo {size_name(size)} 1 in flight (floor)",
+                                     e["round_trips"] / e["seconds"], e["round_trips"] * size / e["seconds"] / L.MB,
+                                     e["p50_ms"], e["p99_ms"], kind="floor", size=size, flush=flush,
+                                     producers=1, notes=e))
+                say(f"    1 in flight: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms; bare pyzmq echo "
+                    f"right after: p50 {e['p50_ms']:.3f} ms, p99 {e['p99_ms']:.3f} ms")
             if producers == 1 and batched:
                 c = consume(store.address, self.plan.consume_s)
                 self.rows.append(Row(f"consume {size_name(size)} {FLUSH_SHORT[flush]} x1 consumer",
@@ -314,6 +325,15 @@ class PipelineBench:
         finally:
             store.stop()
             shutil.rmtree(store.root, ignore_errors=True)
+
+    def echo_floor(self, size: int) -> dict:
+        """The transport floor beside a put probe (benchmarks/_echo_floor): round trips of a
+        put's sizes to a bare pyzmq echo, one in flight, from a pool process as the probe's."""
+        seconds = self.plan.probe_s
+        r = self.pool.apply_async(echo_worker, (self.echo_address, size, seconds)).get(timeout=seconds + 120)
+        lat = r["latencies"]
+        return {"round_trips": r["round_trips"], "seconds": seconds,
+                "p50_ms": percentile(lat, 0.50) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3}
 
     def run(self) -> None:
         for flush in self.plan.flushes:
@@ -412,10 +432,10 @@ def main(argv=None) -> int:
             say("Redis Streams ...")
             redis = run_redis(root, plan)
         say(f"mqstore ({'quick' if args.quick else 'full'}) ...")
-        with ctx.Pool(max(plan.producers), initializer=warm_worker) as pool:
+        with ctx.Pool(max(plan.producers), initializer=warm_worker) as pool, EchoServer() as echo:
             workers = set(pool.map(worker_ready, range(2 * max(plan.producers)), chunksize=1))
             say(f"{len(workers)} producer processes ready")
-            bench = PipelineBench(root, plan, pool, foreign)
+            bench = PipelineBench(root, plan, pool, foreign, echo.address)
             bench.run()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -432,7 +452,9 @@ def main(argv=None) -> int:
           f"batch{BATCH} = send_batch_async of {BATCH}, {BATCH_WINDOW_ONE} in flight (x1) or "
           f"{BATCH_WINDOW_MANY} per producer (x{MANY}); xN = N producer "
           f"processes. p50/p99 = send to reply per request. '1 in flight' = one send() at a time, "
-          f"on the store of the row above it. ratio = our msgs/s / Redis msgs/s.")
+          f"on the store of the row above it; 'pyzmq echo ... (floor)' = right after it, the same "
+          f"sizes to a bare pyzmq echo in another process (no store in it: the machine's floor "
+          f"for a put). ratio = our msgs/s / Redis msgs/s.")
     print(f"disk write limit measured at the start: {write.mb_per_s:,.0f} MB/s")
     print()
     print_foreign(cpu_use)
