@@ -52,10 +52,11 @@ class EchoServer:
         self._proc = ctx.Process(target=_serve, args=(port_out,), name="echo-floor", daemon=True)
         self._proc.start()
         port_out.close()
-        if not port_in.poll(60):
-            self._proc.kill()
-            raise RuntimeError("the echo server did not start in 60 s")
-        self.address = f"tcp://127.0.0.1:{port_in.recv()}"
+        with port_in:
+            if not port_in.poll(60):
+                self._proc.kill()
+                raise RuntimeError("the echo server did not start in 60 s")
+            self.address = f"tcp://127.0.0.1:{port_in.recv()}"
         return self
 
     def __exit__(self, *exc) -> None:
