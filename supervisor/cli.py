@@ -17,6 +17,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import signal
 import sys
 import tomllib
@@ -57,7 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in command_modules():
         module.add_parser(sub).set_defaults(run=module.run)
+    parser.commands = sub.choices          # name -> its parser, for errors in its own usage
     return parser
+
+
+# tcp://HOST:PORT with HOST a name, an IPv4 address or a bracketed IPv6 address.
+_ADDRESS = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[^:/\s\[\]]+):([0-9]{1,5})")
+
+
+def check_address(address) -> None:
+    """UsageError unless `address` (of `--address`) is tcp://HOST:PORT with PORT 1..65535."""
+    if address is None:
+        return
+    match = _ADDRESS.fullmatch(address)
+    if match is None or not 0 < int(match[2]) <= 65535:
+        raise UsageError(f"--address {address!r}: expected tcp://HOST:PORT with PORT 1..65535")
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
@@ -97,8 +112,11 @@ def configured(toml_path, key: str) -> bool:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                           # argparse would print the top-level usage
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        check_address(getattr(args, "address", None))
         return args.run(args)
     except (UsageError, ConfigError, StoreLockedError) as exc:
         print(f"mqstore {args.command}: {exc}", file=sys.stderr)

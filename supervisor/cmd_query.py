@@ -18,6 +18,7 @@ import json
 import sys
 import time
 
+from core.message import decode_message_id
 from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict
@@ -73,6 +74,12 @@ def _check_options(args) -> None:
         raise UsageError("--key needs --topic")
     if args.topic is not None:
         check_name("--topic", args.topic)
+    if args.id is not None:
+        try:
+            decode_message_id(args.id)
+        except ValueError:
+            raise UsageError(f"--id {args.id!r}: not an offset message id (32 hex digits, "
+                             "56 for an IPv6 store host)") from None
     _check_range("--max", args.max, 1, INT32_MAX)
     for option, value in (("--offset", args.offset), ("--begin", args.begin), ("--end", args.end)):
         _check_range(option, value, 0, INT64_MAX)

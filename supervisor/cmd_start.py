@@ -33,7 +33,7 @@ import os
 import sys
 
 from core.config import StoreConfig
-from supervisor.cli import EXIT_USAGE, add_store_options, configured, store_config
+from supervisor.cli import EXIT_USAGE, UsageError, add_store_options, configured, store_config
 from supervisor.progress import ProgressBar
 
 
@@ -47,7 +47,8 @@ def add_parser(subparsers):
                    help="front door port (default: listen_port, 10911); the appender uses P+2, "
                         "the reader P+3; 0 picks free ports")
     p.add_argument("--metrics-port", type=int, metavar="M",
-                   help="serve Prometheus metrics at http://H:M/metrics")
+                   help="serve Prometheus metrics at http://H:M/metrics (0 picks a free port; "
+                        "`mqstore status` shows it)")
     p.add_argument("--foreground", action="store_true",
                    help="stay in the foreground (the only mode; accepted for scripts)")
     return p
@@ -59,6 +60,19 @@ def load_config(args) -> StoreConfig:
     if args.port is not None:
         config = config.replace(listen_port=args.port)
     return config
+
+
+def check_store_dir(root: str) -> None:
+    """Create the store directory; UsageError when it cannot be (a file is in the way, or the
+    place refuses it), before anything else is written."""
+    if os.path.isfile(root):
+        raise UsageError(f"--store {root}: not a directory")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        reason = "a file in its path is not a directory" if isinstance(exc, NotADirectoryError) \
+            else exc.strerror
+        raise UsageError(f"--store {root}: cannot create the store directory: {reason}") from None
 
 
 def setup_logging(config: StoreConfig) -> None:
@@ -80,10 +94,11 @@ def setup_logging(config: StoreConfig) -> None:
 
 def run(args) -> int:
     config = load_config(args)                 # ConfigError: supervisor.cli reports it, exit 2
-    if args.metrics_port is not None and not 0 < args.metrics_port <= 65535:
-        print(f"mqstore start: --metrics-port {args.metrics_port}: must be between 1 and 65535",
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        print(f"mqstore start: --metrics-port {args.metrics_port}: must be between 0 and 65535",
               file=sys.stderr)
         return EXIT_USAGE
+    check_store_dir(config.store_path_root_dir)
     setup_logging(config)
     from supervisor.daemon import Supervisor   # not imported by the other commands
     from supervisor.metrics import Metrics

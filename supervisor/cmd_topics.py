@@ -23,6 +23,8 @@ from ipc.connection import MQError
 from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
 
+DEFAULT_QUEUES = 4
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("topics", help="list or create topics",
@@ -30,8 +32,8 @@ def add_parser(subparsers):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--create", metavar="NAME",
                    help="create topic NAME (characters a-z A-Z 0-9 _ - %% |, at most 127 bytes)")
-    p.add_argument("--queues", type=int, default=4, metavar="N",
-                   help=f"queues of the topic to create (1..{MAX_QUEUES}, default 4)")
+    p.add_argument("--queues", type=int, metavar="N",
+                   help=f"queues of the topic to create (1..{MAX_QUEUES}, default {DEFAULT_QUEUES})")
     p.add_argument("--offsets", action="store_true", help="list every queue's min and max offset")
     p.add_argument("--json", action="store_true", help="one JSON object per topic")
     add_store_arguments(p)
@@ -66,6 +68,10 @@ def _print(rows: list, with_offsets: bool) -> None:
 
 
 def run(args) -> int:
+    if args.queues is not None and args.create is None:
+        raise UsageError(f"--queues {args.queues}: --queues needs --create")
+    if args.queues is None:
+        args.queues = DEFAULT_QUEUES
     if queue_count_problem(args.queues):
         raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
     if args.create is not None:
