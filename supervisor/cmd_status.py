@@ -208,7 +208,8 @@ POSITION_LAGS = (("wrote", None), ("committed", "commit"), ("flushed", "flush"),
 
 def render(st: dict) -> str:
     sup = st.get("supervisor", {})
-    lines = [f"store {sup.get('store', '?')}  at {sup.get('address', '?')}",
+    lines = [f"store {sup.get('store', '?')}  at {sup.get('address', '?')}"
+             + (f"  metrics {sup['metrics']}" if sup.get("metrics") else ""),
              f"supervisor pid {sup.get('pid', '?')}  {sup.get('phase', '?')}  up "
              f"{human_duration(sup.get('uptime_s'))}  recovery: {sup.get('recovery') or '?'}", ""]
     rows = [["SERVICE", "PID", "STATE", "UPTIME", "RESTARTS", "RSS", "CPU", "FDS"]]

@@ -78,6 +78,8 @@ class FrontDoor:
             wait = sup.policy.restart_in(entry["name"])
             if wait is not None:
                 entry["restart_in_s"] = round(wait, 3)
+        if sup.metrics is not None:
+            info["supervisor"]["metrics"] = sup.metrics.url
         if sup.cycle is not None:
             info["supervisor"]["recovery_progress"] = list(sup.cycle.progress)
         return info

@@ -109,10 +109,17 @@ class Metrics:
 
     # -- serving -------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the HTTP server; OSError (port in use) goes to the caller."""
+        """Start the HTTP server (port 0: a free port, kept in `port`); OSError (port in use)
+        goes to the caller."""
         if self._server is None:
             self._server, _thread = start_http_server(self.port, addr=self.host, registry=self.registry)
-            log.info("metrics at http://%s:%d/metrics", self.host, self.port)
+            self.port = self._server.server_port
+            log.info("metrics at %s", self.url)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         if self._server is not None:

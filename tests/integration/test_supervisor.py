@@ -218,3 +218,16 @@ def test_metrics_endpoint(store):
     assert 'mqstore_position_bytes{position="wrote"}' in text
     assert 'mqstore_lag_bytes{lag="flush"}' in text
     assert s.stop() == 0
+
+
+def test_metrics_port_zero_picks_a_free_port_that_status_shows(store):
+    # Regression: --metrics-port 0 was refused ("must be between 1 and 65535") while --port 0
+    # picks free ports, so several stores with metrics needed hand-picked ports.
+    s = store().start("--metrics-port", "0")
+    url = s.status()["supervisor"]["metrics"]
+    assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert "mqstore_position_bytes" in r.read().decode()
+    shown = cli("status", "--store", s.root)
+    assert shown.returncode == 0 and f"metrics {url}" in shown.stdout, shown
+    assert s.stop() == 0
