@@ -225,7 +225,8 @@ class SendResult:
         return self.uniq_keys[0] if self.uniq_keys else ""
 
     def __repr__(self) -> str:
-        extra = f", error={self.error_code!r}, reason={self.reason!r}" if self.error_code else ""
+        extra = f", error={self.error_code!r}, reason={self.reason!r}" \
+            if self.error_code or self.reason else ""
         return (f"SendResult({self.status.name}, msg_id={self.msg_id!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, phys_offset={self.phys_offset}, count={self.count}{extra})")
 
@@ -234,22 +235,32 @@ def parse_send_reply(env: dict, topic: str, uniq_keys: list) -> SendResult:
     """A SendResult from a `put` or `put_batch` reply (an error reply becomes a status)."""
     status = env.get("status")
     if status == ERROR:
-        try:
-            code = ErrorCode(env.get("code"))
-        except ValueError:
-            code = env.get("code")
+        code = _error_code(env.get("code"))
         return SendResult(_ERROR_STATUS.get(code, PutMessageStatus.MESSAGE_ILLEGAL), topic,
                           uniq_keys=uniq_keys, error_code=code, reason=str(env.get("reason", "")))
     st = _PUT_STATUSES.get(status) if status.__class__ is str else None
     if st is None:
         return SendResult(PutMessageStatus.UNKNOWN_ERROR, topic, uniq_keys=uniq_keys,
                           reason=f"unexpected status {status!r}")
+    if st is not PutMessageStatus.PUT_OK and "reason" in env:   # a refusal that says why
+        return SendResult(st, topic, uniq_keys=uniq_keys, error_code=_error_code(env.get("code")),
+                          reason=str(env["reason"]))
     ids = env.get("msg_ids")
     if ids is None:
         ids = [env["msg_id"]] if env.get("msg_id") else []
     return SendResult(st, topic, ids, env.get("queue_id", -1), env.get("queue_offset", -1),
                       env.get("phys_offset", -1), env.get("store_timestamp", 0),
                       env.get("count", len(ids)), uniq_keys)
+
+
+def _error_code(code):
+    """The ErrorCode of a reply's `code` (None when absent; the number when unknown)."""
+    if code is None:
+        return None
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code
 
 
 def _as_body(body) -> bytes:

@@ -1,6 +1,9 @@
 """Decoding of the appender's `put` and `put_batch` requests (docs/PROTOCOL.md) into
 `core.message.Message` objects, with the wire errors a client can cause: BAD_FIELD (named),
-BAD_TOPIC, BODY_TOO_LARGE, TOO_MANY_FRAMES; and the encoding of their replies.
+BAD_TOPIC, TOO_MANY_FRAMES; and the encoding of their replies. A body over
+`max_message_size` or a topic over 127 UTF-8 bytes raises `IllegalMessage` instead (codes
+BODY_TOO_LARGE, BAD_TOPIC), which the appender answers with the put status MESSAGE_ILLEGAL, as
+RocketMQ's store refuses them.
 
 A `put_batch` reply carries one message id per message. Its msgpack array is built in bulk
 from the records' offsets in hex, each behind the same string header and store host
@@ -19,12 +22,17 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from core.message import Message
-from core.topics import topic_name_problem
+from core.topics import MAX_TOPIC_BYTES, topic_name_problem
 from ipc.protocol import ErrorCode, ProtocolError, field, pack
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64_MAX = (1 << 63) - 1
 _HOSTS: dict = {}
+
+
+class IllegalMessage(ProtocolError):
+    """A well-formed put the store refuses as RocketMQ's does (put status MESSAGE_ILLEGAL): a
+    body over max_message_size, a topic over 127 UTF-8 bytes. `code` and `reason` say which."""
 
 
 @dataclass(slots=True)
@@ -50,8 +58,8 @@ def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: 
         raise ProtocolError(ErrorCode.TOO_MANY_FRAMES, f"put takes exactly one body frame, got {len(frames)}")
     body = frames[0]
     if len(body) > max_size:
-        raise ProtocolError(ErrorCode.BODY_TOO_LARGE,
-                            f"body of {len(body)} bytes is over max_message_size {max_size}")
+        raise IllegalMessage(ErrorCode.BODY_TOO_LARGE,
+                             f"body of {len(body)} bytes is over max_message_size {max_size}")
     host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
     msg = _message(env, "", topic, body, host, now_ms)
     wait = field(env, "wait", bool, True) and msg.properties.get("WAIT") != "false"
@@ -75,8 +83,8 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             f"field 'sizes' adds up to {total} bytes but the body frame has {len(data)}")
     if total > max_size and max(sizes) > max_size:      # no body is larger than the whole
-        raise ProtocolError(ErrorCode.BODY_TOO_LARGE,
-                            f"a body of {max(sizes)} bytes is over max_message_size {max_size}")
+        raise IllegalMessage(ErrorCode.BODY_TOO_LARGE,
+                             f"a body of {max(sizes)} bytes is over max_message_size {max_size}")
     host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
     per = field(env, "messages", list, None)
     wait = field(env, "wait", bool, True)
@@ -113,7 +121,8 @@ def _topic(env: dict) -> str:
     topic = field(env, "topic", str)
     problem = topic_name_problem(topic)
     if problem:
-        raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
+        too_long = len(topic.encode("utf-8")) > MAX_TOPIC_BYTES
+        raise (IllegalMessage if too_long else ProtocolError)(ErrorCode.BAD_TOPIC, problem)
     return topic
 
 

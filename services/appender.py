@@ -51,7 +51,8 @@ from services import append_startup as startup
 from services.append_allocate import AllocatorClient
 from services.append_outbox import ReplyOutbox
 from services.append_pool import SharedPool
-from services.append_request import MsgIdArray, pack_reply, parse_put, parse_put_batch, peer_host
+from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
+                                     peer_host)
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -68,6 +69,7 @@ EARLY_REPLIES = 8
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
+ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL.value
 IDLE_INTERVAL_MS = 100    # the loop's poll timeout with no reply parked (requests wake it)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
@@ -314,8 +316,13 @@ class Appender(ServiceLoop):
         self._is_put = True
         if env.get("coalesce") is True:
             self.outbox.asked(self._identity)
-        req = parse(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
         rid = env.get("rid", 0)
+        try:
+            req = parse(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
+        except IllegalMessage as e:           # a put status, after the store's own refusals
+            if self._refusing():
+                return [pack({"rid": rid, "status": NOT_AVAILABLE})]
+            return [pack({"rid": rid, "status": ILLEGAL, "code": int(e.code), "reason": e.reason})]
         if self._refusing():
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         try:
@@ -325,7 +332,11 @@ class Appender(ServiceLoop):
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
-            return [pack({"rid": rid, "status": recs.value})]
+            fields = {"rid": rid, "status": recs.value}
+            if batch and req.body_bytes > self.max_size:
+                fields["reason"] = (f"a batch is one unit: its {req.body_bytes} bytes of bodies are "
+                                    f"over max_message_size {self.max_size}")
+            return [pack(fields)]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             return [pack({"rid": rid, "status": append_status_to_put(result.status).value})]

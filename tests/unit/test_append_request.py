@@ -9,7 +9,8 @@ import pytest
 
 from core.status import AppendMessageResult, AppendMessageStatus
 from ipc.protocol import ErrorCode, ProtocolError, pack, unpack
-from services.append_request import MsgIdArray, pack_reply, parse_put, parse_put_batch, peer_host
+from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
+                                     peer_host)
 
 HOST = ("10.0.0.1", 0)
 NOW = 1_700_000_000_000
@@ -161,3 +162,14 @@ def test_reply_packing_with_many_fields_and_without_ids():
     assert pack_reply({"rid": 1, "status": "PUT_OK", "msg_id": "AB"}) == \
         pack({"rid": 1, "status": "PUT_OK", "msg_id": "AB"})
     assert unpack(pack_reply({"rid": 1, "msg_ids": ["X"]})) == {"rid": 1, "msg_ids": ["X"]}
+
+
+def test_store_refusals_are_illegal_messages_not_protocol_errors():
+    # The appender answers IllegalMessage with the put status MESSAGE_ILLEGAL (DESIGN section 5)
+    # and every other ProtocolError with status ERROR.
+    for env, frames in (({"topic": "x" * 128}, (b"a",)), ({"topic": "T"}, (b"x" * (MAX + 1),))):
+        with pytest.raises(IllegalMessage):
+            put(env, frames)
+    with pytest.raises(ProtocolError) as bad:
+        put({"topic": "a b"})
+    assert not isinstance(bad.value, IllegalMessage)
