@@ -102,11 +102,16 @@ def _bodies(args):
 
 
 def _line(result) -> str:
+    """One line per send: the status, then where the messages went (also for a status such as
+    FLUSH_DISK_TIMEOUT, whose messages are stored) or, for a refusal, why."""
+    if not result.msg_id:
+        code = getattr(result.error_code, "name", result.error_code)
+        return result.status.name + (f" ({code})" if code is not None else "") + \
+            (f": {result.reason}" if result.reason else "")
     if result.count > 1:
         where = f"queue {result.queue_id} offsets {result.queue_offset}..{result.queue_offset + result.count - 1}"
         return f"{result.status.name} {result.msg_id} {where} ({result.count} messages)"
-    reason = f" {result.error_code!r}: {result.reason}" if result.error_code else ""
-    return f"{result.status.name} {result.msg_id or '-'} queue {result.queue_id} offset {result.queue_offset}{reason}"
+    return f"{result.status.name} {result.msg_id} queue {result.queue_id} offset {result.queue_offset}"
 
 
 def run(args) -> int:

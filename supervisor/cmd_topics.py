@@ -2,8 +2,10 @@
 [--store DIR | --address A]: list or create topics.
 
 The list shows each topic with its queue count and the number of messages its queues hold
-(max offset - min offset summed); `--offsets` adds every queue's min and max offset, `--json`
-prints one JSON object per topic instead. `--create NAME --queues N` creates a topic with N
+(max offset - min offset summed); `--offsets` adds every queue's first and last offset (both
+included, as `produce` prints them), `--json` prints one JSON object per topic instead, with
+each queue's `min_offset` and `max_offset` (the next offset to be written), as the protocol
+has them. `--create NAME --queues N` creates a topic with N
 queues (1..1024, default 4), or changes the queue count of an existing one. Topics are also
 created by the first put, with the store's `default_topic_queue_nums` queues.
 
@@ -64,7 +66,14 @@ def _print(rows: list, with_offsets: bool) -> None:
     for r in rows:
         print(f"{r['topic']:<{width}}  {r['queues']:>6}  {r['messages']:>10}")
         for q in r.get("offsets", ()):
-            print(f"{'':<{width}}    queue {q['queue_id']}: offsets {q['min_offset']}..{q['max_offset']}")
+            print(f"{'':<{width}}    queue {q['queue_id']}: {_span(q['min_offset'], q['max_offset'])}")
+
+
+def _span(low: int, high: int) -> str:
+    """A queue's messages as `produce` prints offsets: first..last, both included."""
+    if high <= low:
+        return f"empty (next offset {high})"
+    return f"offsets {low}..{high - 1} ({high - low} message{'s' if high - low != 1 else ''})"
 
 
 def run(args) -> int:

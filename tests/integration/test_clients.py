@@ -7,6 +7,7 @@ rides over."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -250,7 +251,7 @@ def run_cli(*args, stdin: str | None = None, timeout: float = 60.0):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_cli_produce_consume_query_topics(store):
+def test_cli_produce_consume_query_topics(store, tmp_path):
     a = ["--address", store.address]
     p = run_cli("produce", "--topic", "cli", "--body", "hi there", "--tags", "T1", "--keys", "ck1",
                 "--count", "3", *a)
@@ -282,7 +283,20 @@ def test_cli_produce_consume_query_topics(store):
     rows = {r["topic"]: r for r in map(json.loads, t.stdout.splitlines())}
     assert rows["cli-made"]["queues"] == 2 and rows["cli"]["messages"] == 8
     t = run_cli("topics", "--offsets", "--store", store.root)
-    assert t.returncode == 0 and "cli-made" in t.stdout and "queue 1: offsets" in t.stdout
+    # Regression: offsets were printed half-open ("0..5" for 5 messages, "0..0" for none)
+    # while produce prints them inclusive ("offsets 0..4 (5 messages)").
+    last, count = map(int, re.search(r"queue 1: offsets 0\.\.(\d+) \((\d+) messages\)", t.stdout).groups())
+    assert t.returncode == 0 and count == last + 1 >= 5, t.stdout
+    assert t.stdout.endswith("queue 0: empty (next offset 0)\n" + " " * 12 + "queue 1: empty (next offset 0)\n")
+    # Regression: a refused put printed "queue -1 offset -1 <ErrorCode.BODY_TOO_LARGE: 5>: ...",
+    # and a refused batch no reason at all.
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (CONFIG["max_message_size"] + 1))
+    p = run_cli("produce", "--topic", "cli", "--file", str(big), *a)
+    assert p.returncode == 1 and "MESSAGE_ILLEGAL (BODY_TOO_LARGE): body of 131073 bytes is over " \
+        "max_message_size 131072" in p.stdout + p.stderr, p
+    p = run_cli("produce", "--topic", "cli", "--body", "x" * 60_000, "--count", "3", "--batch", "3", *a)
+    assert p.returncode == 1 and "MESSAGE_ILLEGAL: a batch is one unit" in p.stdout + p.stderr, p
 
 
 def test_cli_consume_follow_and_produce_file(store, tmp_path, admin):
@@ -324,7 +338,7 @@ def test_cli_help_names_every_option(command, options):
 
 def test_cli_without_a_store(tmp_path):
     for args in (["produce", "--topic", "t", "--body", "x"], ["consume", "--topic", "t", "--group", "g"],
-                 ["query", "--id", "00"], ["topics"]):
+                 ["query", "--id", "0" * 32], ["topics"]):
         out = run_cli(*args, "--store", str(tmp_path / "nothing"))
         assert out.returncode == 1 and "no store is running" in out.stderr, out
 
