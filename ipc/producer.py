@@ -9,7 +9,8 @@ keys of one process never repeat; the random part separates processes on one hos
 
 Queue selection, in order: an explicit `queue_id`; a `sharding_key`, hashed as RocketMQ's
 SelectMessageQueueByHash (`abs(String.hashCode) % queues`) so that one key always lands on
-one queue (an unknown topic is created with `default_topic_queues` queues first); otherwise
+one queue (an unknown topic is created first, with `default_topic_queues` queues or, by
+default, the store's `default_topic_queue_nums`); otherwise
 round robin over the topic's queues, or `queue_id` nil (the appender picks) while the
 topic's queue count is not yet known. Queue counts come from `topic_info` and are refreshed
 every 30 s.
@@ -355,7 +356,7 @@ class Producer:
     or pass `store=DIR` to read `DIR/run/address`. Thread-safe."""
 
     def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
-                 window: int = 256, retries: int = 2, default_topic_queues: int = 4,
+                 window: int = 256, retries: int = 2, default_topic_queues: int | None = None,
                  connection: Connection | None = None):
         self._conn = connection or Connection(address, store=store, timeout=timeout, window=window)
         self._own = connection is None
@@ -371,7 +372,8 @@ class Producer:
     # -- queue selection -----------------------------------------------------------------
     def queue_count(self, topic: str, create: bool = False) -> int | None:
         """The topic's queue count (cached for 30 s); None when the topic does not exist (with
-        `create`, it is created with `default_topic_queues` queues) or cannot (illegal name)."""
+        `create`, it is created with `default_topic_queues` queues, by default the store's
+        `default_topic_queue_nums`) or cannot (illegal name)."""
         now = time.monotonic()
         cached = self._queues.get(topic)
         if cached is not None:
@@ -388,8 +390,8 @@ class Producer:
             except MQError as e:
                 if e.code != ErrorCode.NOT_FOUND or not create:
                     raise
-                count = self._conn.call("appender", "create_topic", topic=topic,
-                                        queues=self.default_topic_queues)["queues"]
+                count = self._conn.call("appender", "create_topic", topic=topic,   # None:
+                                        queues=self.default_topic_queues)["queues"]   # the store's
         except MQError:                             # unknown or illegal: the put answers why
             self._queues[topic] = (None, now + UNKNOWN_TOPIC_TTL_S)
             return None

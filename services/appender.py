@@ -411,7 +411,9 @@ class Appender(ServiceLoop):
 
     def _create_topic(self, env, frames, received):
         topic = self._topic_name(env)
-        queues = field(env, "queues", int)
+        queues = field(env, "queues", int, None)
+        if queues is None:                    # get or create: an existing topic is kept as it is
+            queues = self.topics.get(topic) or self.config.default_topic_queue_nums
         problem = queue_count_problem(queues)
         if problem:
             raise ProtocolError(ErrorCode.BAD_FIELD, problem)

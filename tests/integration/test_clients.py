@@ -418,6 +418,24 @@ def test_clients_follow_a_restarted_store_to_its_new_ports(tmp_path):
         s.ensure_stopped()
 
 
+def test_a_sharding_key_creates_a_topic_with_the_stores_default_queue_count(tmp_path):
+    # Regression: the producer created unknown topics with its own constant (4 queues) when a
+    # sharding key was given, whatever the store's default_topic_queue_nums.
+    s = SupervisedStore(tmp_path, "six", default_topic_queue_nums=6, **CONFIG).start()
+    try:
+        with Producer(s.address) as p, Admin(s.address) as a:
+            r = p.send("keyed", b"x", sharding_key="k")
+            assert r.ok and r.queue_id == shard_queue("k", 6)
+            assert a.topic_info("keyed")["queues"] == 6
+        out = run_cli("produce", "--topic", "keyed-cli", "--body", "x", "--sharding-key", "abc",
+                      "--address", s.address)
+        assert out.returncode == 0, out
+        with Admin(s.address) as a:
+            assert a.topic_info("keyed-cli")["queues"] == 6
+    finally:
+        s.ensure_stopped()
+
+
 def test_stop_through_admin(tmp_path):
     s = SupervisedStore(tmp_path, "stop", **CONFIG).start()
     try:

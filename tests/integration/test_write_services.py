@@ -239,8 +239,13 @@ def test_topics_auto_created_and_created(config):
         assert put_ok(c, "Made", b"m", queue_id=7)["queue_offset"] == 0
         assert c.call("create_topic", topic="Made", queues=2)[0]["status"] == "OK"
         assert c.call("put", [b"m"], topic="Made", queue_id=7)[0]["code"] == ErrorCode.BAD_FIELD
-        assert h.cb.get(Word.TOPICS_VERSION) == v0 + 3
+        # Without `queues`, create_topic is get-or-create with the store's default (a client
+        # with a sharding key made new topics with its own constant, 4).
+        assert c.call("create_topic", topic="Keyed")[0]["queues"] == 3
+        assert c.call("create_topic", topic="Made")[0]["queues"] == 2
+        assert h.cb.get(Word.TOPICS_VERSION) == v0 + 4
         assert TopicTable.load(cfg.config_dir).as_list() == [{"topic": "Auto", "queues": 3},
+                                                             {"topic": "Keyed", "queues": 3},
                                                              {"topic": "Made", "queues": 2}]
         c.close()
 
