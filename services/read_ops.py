@@ -10,7 +10,8 @@ Decisions the protocol leaves open:
 - A queue is known when topics.json lists its topic with more queues than its id, or when
   its consume-queue directory exists. A pull on a known queue with no data yet answers
   NO_MESSAGE_IN_QUEUE (RocketMQ creates the queue on demand); on an unknown one
-  NO_MATCHED_LOGIC_QUEUE, which is not held. Queries on unknown topics answer NOT_FOUND.
+  NO_MATCHED_LOGIC_QUEUE, which is not held. Queries on unknown topics answer NOT_FOUND, and
+  so does an offset commit for an unknown topic or queue (nothing is saved).
 - `consumer_lag` counts from the queue's min offset when the group never committed one.
 """
 from __future__ import annotations
@@ -263,6 +264,9 @@ class ReadOps:
         group, topic = _name(env, "group", ErrorCode.BAD_FIELD), _name(env, "topic")
         queue_id = _queue_id(env)
         offset = field(env, "offset", int, minimum=0, maximum=INT64_MAX)
+        if queue_id >= len(self._known_queue_ids(topic)):   # as RocketMQ's broker: no offsets
+            raise ProtocolError(ErrorCode.NOT_FOUND,          # of a queue it does not have
+                                f"unknown queue {topic}:{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
         return reply(env.get("rid", 0), OK)
 

@@ -24,7 +24,7 @@ from core.fileops import REAL_FILE_OPS
 from core.message import Message
 from core.topics import TopicTable
 from ipc.control_block import Slot, Word
-from ipc.protocol import pack, unpack
+from ipc.protocol import ErrorCode, pack, unpack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from tests.integration.harness import RawClient, ServiceHarness, wait_for
 
@@ -269,6 +269,14 @@ def test_consumer_offsets_persist_across_reader_restarts_and_lag(services):
     h.start("reader")
     assert c.call("fetch_offset", group="G1", topic="T", queue_id=1)[0]["offset"] == 4
     assert c.call("consumer_lag", group="G1", topic="T")[0]["total_lag"] == 24
+    # Regression: a commit for a topic or queue the store does not have was saved (and
+    # consumer_lag for it then answered NOT_FOUND); RocketMQ's broker refuses it too.
+    for topic, queue_id in (("Nope", 0), ("T", 77)):
+        rep, _ = c.call("commit_offset", group="G1", topic=topic, queue_id=queue_id, offset=1)
+        assert (rep["status"], rep["code"]) == ("ERROR", ErrorCode.NOT_FOUND), rep
+    assert h.stop("reader") == 0
+    with open(path) as f:
+        assert "Nope" not in f.read()
 
 
 def test_bad_input_gets_error_replies_and_the_reader_keeps_serving(services):
