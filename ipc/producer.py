@@ -264,6 +264,9 @@ def _error_code(code):
         return code
 
 
+EMPTY_BODY = "a message body cannot be empty (RocketMQ's client refuses it too)"
+
+
 def _as_body(body) -> bytes:
     if isinstance(body, bytes):
         return body
@@ -276,7 +279,7 @@ def _as_body(body) -> bytes:
 
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
-    """(fields, frames, uniq_key) of a `put` request."""
+    """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body."""
     props = {str(k): str(v) for k, v in properties.items()} if properties else {}
     uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
     props[UNIQ_KEY] = uniq
@@ -291,7 +294,10 @@ def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id
         fields["keys"] = keys if isinstance(keys, str) else [str(k) for k in keys]
     if not wait:
         fields["wait"] = False
-    return fields, [_as_body(body)], uniq
+    frame = _as_body(body)
+    if not frame:
+        raise ValueError(EMPTY_BODY)
+    return fields, [frame], uniq
 
 
 def _message_meta(m: Message, uniq: str) -> dict:
@@ -314,7 +320,7 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     or core.Message objects (their tags, keys, properties and flag are kept). One body given
     where the list belongs raises TypeError (a str would be sent one message per character); a
     Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of
-    mixed topics (an empty topic stands for the batch's)."""
+    mixed topics (an empty topic stands for the batch's); so does an empty body."""
     if isinstance(items, (str, bytes, bytearray, memoryview)):
         raise TypeError("a batch is a list of bodies or Messages, not one body")
     n = len(items)
@@ -339,10 +345,14 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         keys = [m["properties"][UNIQ_KEY] for m in metas]
         fields = {"topic": topic, "sizes": [len(b) for b in bodies], "messages": metas}
         frame = b"".join(bodies)
+        if 0 in fields["sizes"]:
+            raise ValueError(EMPTY_BODY)
     else:
         # Bodies only: one UNIQ_KEY list instead of a map per message (the store encodes the
         # batch once and varies only the key).
         fields = {"topic": topic, "sizes": list(map(len, items)), "uniq_keys": keys}
+        if 0 in fields["sizes"]:
+            raise ValueError(EMPTY_BODY)
     fields["coalesce"] = True                         # combined replies welcome
     if queue_id is not None:
         fields["queue_id"] = queue_id

@@ -5,16 +5,19 @@ running store.
 
 The message body is `--body TEXT` (UTF-8), or the whole content of `--file F`, sent `--count`
 times; without either, every line read from standard input is one message (its newline
-removed). `--batch N` sends N messages per `put_batch` request (one queue per batch, stored
+removed; empty lines are skipped and counted, as RocketMQ refuses an empty body). `--batch N` sends N messages per `put_batch` request (one queue per batch, stored
 as one unit); otherwise one `put` per message. Up to `--in-flight` requests are kept in flight.
 Tags, keys and properties apply to every message; each message also gets its own UNIQ_KEY.
+`--property` names a user property: RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY,
+DELAY, WAIT, ...) are refused, as its putUserProperty refuses them.
 
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
 message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
 2 for options that do not go together or are out of range (a `--queue` that is not a queue of
 an existing topic among them; a new topic gets the store's `default_topic_queue_nums`), a
-`--topic` that is not a legal topic name or a `--file` that cannot be read.
+`--topic` that is not a legal topic name, an empty `--body` or `--file`, or a `--file` that
+cannot be read.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import itertools
 import sys
 import time
 
-from core.message import Message
+from core.message import SYSTEM_PROPERTIES, Message
 from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError
@@ -71,6 +74,9 @@ def _properties(pairs: list) -> dict:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise UsageError(f"--property {pair!r}: expected NAME=VALUE")
+        if name in SYSTEM_PROPERTIES:
+            raise UsageError(f"--property {pair!r}: {name} is a system property, not a user "
+                             "property (tags and keys have --tags and --keys)")
         props[name] = value
     return props
 
@@ -87,9 +93,12 @@ def _check_options(args) -> None:
     check_timeout(args.timeout)
 
 
-def _bodies(args):
+def _bodies(args, skipped: list):
+    """The bodies to send; empty lines of standard input are counted in `skipped[0]`."""
     count = 1 if args.count is None else args.count
     if args.body is not None:
+        if not args.body:
+            raise UsageError("--body '': a message body cannot be empty")
         return itertools.repeat(args.body.encode("utf-8"), count)
     if args.file is not None:
         try:
@@ -97,8 +106,19 @@ def _bodies(args):
                 data = f.read()
         except OSError as e:
             raise UsageError(f"--file {args.file}: {e.strerror or e}") from None
+        if not data:
+            raise UsageError(f"--file {args.file}: the file is empty; a message body cannot be")
         return itertools.repeat(data, count)
-    return (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
+    return _lines(sys.stdin.buffer, skipped)
+
+
+def _lines(stream, skipped: list):
+    for line in stream:
+        body = line.rstrip(b"\r\n")
+        if body:
+            yield body
+        else:
+            skipped[0] += 1
 
 
 def _line(result) -> str:
@@ -117,7 +137,8 @@ def _line(result) -> str:
 def run(args) -> int:
     _check_options(args)
     props = _properties(args.property)
-    bodies = _bodies(args)
+    skipped = [0]
+    bodies = _bodies(args, skipped)
     try:
         address = locate(args)[0]
         if args.queue is not None:
@@ -170,7 +191,9 @@ def run(args) -> int:
         return 130
     took = time.monotonic() - start
     rate = f", {sent / took:,.0f} msg/s" if took > 0 and sent else ""
-    print(f"mqstore produce: {sent - failed} of {sent} messages stored in {took:.2f} s{rate}", file=sys.stderr)
+    empty = f"; {skipped[0]} empty line{'s' if skipped[0] != 1 else ''} skipped" if skipped[0] else ""
+    print(f"mqstore produce: {sent - failed} of {sent} messages stored in {took:.2f} s{rate}{empty}",
+          file=sys.stderr)
     return 1 if failed else 0
 
 

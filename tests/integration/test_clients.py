@@ -260,8 +260,9 @@ def test_cli_produce_consume_query_topics(store, tmp_path):
     assert len(lines) == 3 and all(line.startswith("PUT_OK ") for line in lines)
     msg_id = lines[0].split()[1]
     p = run_cli("produce", "--topic", "cli", "--batch", "4", "--queue", "1", "--quiet", *a,
-                stdin="l1\nl2\nl3\nl4\nl5\n")
+                stdin="l1\nl2\n\nl3\nl4\nl5\n")
     assert p.returncode == 0 and p.stdout == "" and "5 of 5 messages stored" in p.stderr
+    assert "1 empty line skipped" in p.stderr, p.stderr          # was stored as an empty body
     c = run_cli("consume", "--topic", "cli", "--group", "gc", "--json", *a)
     assert c.returncode == 0, c.stderr
     rows = [json.loads(line) for line in c.stdout.splitlines()]

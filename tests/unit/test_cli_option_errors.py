@@ -19,6 +19,9 @@ from supervisor.cli import main
     (["consume", "--topic", "T", "--group", "g", "--queues", "1,-2"], "--queues -2: queue ids are 0..1023"),
     (["topics", "--create", "q", "--queues", "2000"], "--queues 2000: a topic has 1..1024 queues"),
     (["topics", "--create", "q", "--queues", "0"], "a topic has 1..1024 queues"),
+    (["produce", "--topic", "T", "--body", "x", "--property", "TAGS=zzz"], "TAGS is a system property"),
+    (["produce", "--topic", "T", "--body", "x", "--property", "UNIQ_KEY=dup"], "UNIQ_KEY is a system"),
+    (["produce", "--topic", "T", "--body", ""], "a message body cannot be empty"),
     (["status"], "no store directory at"),
     (["stop"], "no store directory at"),
 ])
@@ -26,3 +29,10 @@ def test_bad_options_exit_2(tmp_path, capsys, args, says):
     assert main([*args, "--store", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
+
+
+def test_an_empty_file_is_not_a_body(tmp_path, capsys):
+    (tmp_path / "empty").write_bytes(b"")
+    assert main(["produce", "--topic", "T", "--file", str(tmp_path / "empty"),
+                 "--store", str(tmp_path / "none")]) == 2
+    assert "the file is empty" in capsys.readouterr().err

@@ -57,10 +57,10 @@ def test_put_is_what_the_appender_parses():
 
 
 def test_batch_fast_path():
-    bodies = [b"a", b"", b"ccc", b"dd"]
+    bodies = [b"a", b"e", b"ccc", b"dd"]
     fields, frames, keys = encode_batch("orders", bodies, queue_id=2)
-    assert frames == [b"acccdd"]
-    assert fields["sizes"] == [1, 0, 3, 2] and fields["queue_id"] == 2 and "wait" not in fields
+    assert frames == [b"aecccdd"]
+    assert fields["sizes"] == [1, 1, 3, 2] and fields["queue_id"] == 2 and "wait" not in fields
     assert fields["uniq_keys"] == keys and "messages" not in fields
     assert len(set(keys)) == 4
 
@@ -93,6 +93,15 @@ def test_a_batch_of_mixed_topics_is_refused():
 def test_empty_batch_is_refused():
     with pytest.raises(ValueError):
         encode_batch("t", [])
+
+
+def test_an_empty_body_is_refused_as_rocketmqs_client_refuses_it():
+    # Regression: Producer.send(t, b"") was stored (Validators.checkMessage refuses it).
+    for send in (lambda: encode_put("t", b""), lambda: encode_put("t", ""),
+                 lambda: encode_batch("t", [b"a", b""]),
+                 lambda: encode_batch("t", [Message("t", b"a"), Message("t", b"")])):
+        with pytest.raises(ValueError, match="body cannot be empty"):
+            send()
 
 
 def test_parse_put_reply():
