@@ -226,8 +226,11 @@ def test_metrics_port_zero_picks_a_free_port_that_status_shows(store):
     s = store().start("--metrics-port", "0")
     url = s.status()["supervisor"]["metrics"]
     assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")
-    with urllib.request.urlopen(url, timeout=5) as r:
-        assert "mqstore_position_bytes" in r.read().decode()
+
+    def scrape() -> str:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    assert wait_for(lambda: "mqstore_position_bytes" in scrape(), 10)   # after the first snapshot
     shown = cli("status", "--store", s.root)
     assert shown.returncode == 0 and f"metrics {url}" in shown.stdout, shown
     assert s.stop() == 0
