@@ -98,6 +98,12 @@ def run(args) -> int:
         print(f"mqstore start: --metrics-port {args.metrics_port}: must be between 0 and 65535",
               file=sys.stderr)
         return EXIT_USAGE
+    from supervisor.runtime import SupervisorError, check_host, check_ports
+    try:                                        # before anything is written in the store
+        check_host(args.host)
+        check_ports(args.host, config.listen_port)
+    except SupervisorError as e:
+        raise UsageError(str(e)) from None
     check_store_dir(config.store_path_root_dir)
     setup_logging(config)
     from supervisor.daemon import Supervisor   # not imported by the other commands

@@ -131,6 +131,19 @@ def port_error(host: str, port: int) -> str | None:
     return None
 
 
+def check_host(host: str) -> None:
+    """SupervisorError (usage) unless `host` resolves and is an address of this machine."""
+    try:
+        socket.getaddrinfo(host.strip("[]"), None)
+    except (socket.gaierror, UnicodeError) as e:
+        raise SupervisorError(f"--host {host}: cannot resolve it ({getattr(e, 'strerror', e)})",
+                              exit_code=2) from None
+    reason = port_error(host.strip("[]"), 0)
+    if reason:
+        raise SupervisorError(f"--host {host}: cannot listen there ({reason}); give an address "
+                              "of this machine, 0.0.0.0 or ::", exit_code=2)
+
+
 def check_ports(host: str, port: int) -> None:
     """SupervisorError naming the port and its role unless port, port+2 and port+3 are free
     (port 0: free ports are picked later, nothing to check)."""

@@ -6,6 +6,8 @@ raised NotADirectoryError; a malformed `query --id` was sent to the store (exit 
 `topics --queues N` without `--create` was ignored; an unknown option of a subcommand printed
 the top-level usage instead of the subcommand's. Each is now one line (or the subcommand's
 usage) on stderr and exit 2, decided before any store is looked for."""
+import socket
+
 import pytest
 
 from supervisor.cli import main
@@ -46,3 +48,29 @@ def test_an_unknown_option_prints_the_subcommands_usage(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: mqstore produce") and "--frobnicate" in err, err
+
+
+@pytest.mark.parametrize("host, says", [
+    ("example.invalid", "--host example.invalid: cannot resolve it"),
+    ("192.0.2.1", "--host 192.0.2.1: cannot listen there"),       # TEST-NET-1: not this machine's
+])
+def test_start_on_a_host_that_is_not_here_writes_nothing(tmp_path, capsys, host, says):
+    # Before: "no free port found on example.invalid" or "another mqstore is using it", and a
+    # skeleton store (checkpoint, commitlog/, config/, lock) was left behind.
+    store = tmp_path / "store"
+    assert main(["start", "--store", str(store), "--host", host, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1, err
+    assert not store.exists()
+
+
+def test_start_on_a_taken_port_writes_nothing(tmp_path, capsys):
+    store = tmp_path / "store"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["start", "--store", str(store), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port} for the front door" in err and err.count("\n") == 1, err
+    assert not store.exists()
