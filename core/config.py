@@ -202,7 +202,8 @@ class StoreConfig:
         self._validate()
 
     def _correct_as_rocketmq(self) -> None:
-        """Clamp the disk ratios and round the consume-queue file size up, as RocketMQ does."""
+        """Clamp the disk ratios and round the consume-queue file size up, as RocketMQ does; warn
+        that a transient store pool asked for is not used (SYNC_FLUSH or a slave)."""
         for key, (lo, hi) in _CLAMPED.items():
             value = getattr(self, key)
             if not lo <= value <= hi:
@@ -215,6 +216,10 @@ class StoreConfig:
             log.warning("mapped_file_size_consume_queue = %d is not a multiple of %d (the entry size): "
                         "using %d, as RocketMQ does", size, CQ_STORE_UNIT_SIZE, rounded)
             object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
+        if self.transient_store_pool_enable and not self.use_transient_store_pool:
+            log.warning("transient_store_pool_enable = true has no effect with flush_disk_type = %s "
+                        "and broker_role = %s: as RocketMQ, the pool serves only an ASYNC_FLUSH "
+                        "master", self.flush_disk_type, self.broker_role)
 
     def _validate(self) -> None:
         for key, tp in _FIELD_TYPES.items():

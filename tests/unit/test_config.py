@@ -155,6 +155,19 @@ def test_values_rocketmq_corrects_are_corrected_with_a_warning(key, value, used,
     assert key in caplog.text and str(used) in caplog.text
 
 
+@pytest.mark.parametrize("settings, warned", [
+    ({"flush_disk_type": "SYNC_FLUSH"}, True),
+    ({"broker_role": "SLAVE"}, True),
+    ({}, False),
+])
+def test_a_transient_pool_that_is_not_used_is_warned_about(settings, warned, caplog):
+    # Regression: with SYNC_FLUSH the pool was dropped without a word (no committer, no flag)
+    # while run/config.json still said true.
+    cfg = StoreConfig(transient_store_pool_enable=True, **settings)
+    assert cfg.use_transient_store_pool is not warned
+    assert ("transient_store_pool_enable" in caplog.text) is warned
+
+
 def test_the_smallest_segment_holds_the_smallest_record_and_a_blank():
     from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
     from core.config import MIN_SEGMENT_SIZE
