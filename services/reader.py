@@ -183,9 +183,12 @@ class Reader(ServiceLoop):
                 router.send(frame, _SNDMORE_NOBLOCK)
             router.send(frames[-1], zmq.NOBLOCK)
         except zmq.ZMQError as e:
-            if e.errno not in (errno.EHOSTUNREACH, errno.EAGAIN):
+            if e.errno == errno.EHOSTUNREACH:       # a consumer that left, e.g. with a pull held
+                log.debug("reply to a disconnected peer dropped")
+            elif e.errno == errno.EAGAIN:           # connected but not reading: worth a word
+                log.warning("reply to a peer whose queue is full dropped (%s)", e.strerror)
+            else:
                 raise
-            log.warning("reply to a gone or full peer dropped (%s)", e.strerror)
 
     # -- arrivals and long polling -------------------------------------------------------
     def _take_arrivals(self) -> dict:

@@ -13,7 +13,7 @@ from core.topics import TopicTable
 from ipc.control_block import Word
 from ipc.protocol import pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
-from tests.integration.harness import wait_for
+from tests.integration.harness import RawClient, wait_for
 from tests.integration.test_read_services import pull, services, split_records  # noqa: F401
 
 
@@ -114,3 +114,22 @@ def test_long_polling_times_out_with_the_empty_status(services):
     assert 0.39 <= waited < 5
     rep, _ = pull(c, offset=0, tag_filter="X", poll_ms=300)
     assert (rep["status"], rep["next_begin_offset"]) == ("NO_MATCHED_MESSAGE", 2)
+
+
+def test_a_consumer_that_left_with_a_held_pull_is_not_a_warning(services):
+    # Regression: every `mqstore consume` that exits with a long poll held left a WARNING
+    # "reply to a gone or full peer dropped (Host unreachable)" in reader.log; a consumer
+    # leaving is ordinary, and the noise hid real problems.
+    import os
+    h, w, c = services()
+    w.put(1)
+    w.wait_dispatched()
+    gone = RawClient(h.endpoint("reader"))
+    gone.sock.send(pack({"op": "pull", "rid": 5, "group": "g", "topic": "T", "queue_id": 0,
+                         "offset": 1, "poll_ms": 400, "format": "raw"}))
+    assert wait_for(lambda: h.cb.get(Word.PULLS_HELD) == 1, 10)
+    gone.close()
+    assert wait_for(lambda: h.cb.get(Word.PULLS_HELD) == 0, 10)    # answered into the void
+    assert pull(c, offset=0)[0]["status"] == "FOUND"                 # and still serving
+    with open(os.path.join(h.config.logs_dir, "reader.log")) as f:
+        assert "WARNING" not in f.read()
