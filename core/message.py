@@ -101,6 +101,12 @@ class MessageExt(Message):
     body_crc: int = 0
     msg_id: str = ""
 
+    @property
+    def phys_offset(self) -> int:
+        """`commit_log_offset` under the name the clients' ReceivedMessage uses, so that a
+        message from a query and one from a pull read alike."""
+        return self.commit_log_offset
+
 
 def properties_to_string(props: dict) -> str:
     """`name\\x01value\\x02` for each pair; None values are skipped."""

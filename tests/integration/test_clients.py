@@ -233,6 +233,8 @@ def test_admin(store, producer, admin):
     assert (m.body, m.msg_id, m.keys, m.queue_id) == (b"find me", r.msg_id, "order-9 other", 2)
     assert admin.query_by_key("adm", r.uniq_key)[0].msg_id == r.msg_id
     assert admin.view_by_id(r.msg_id).body == b"find me"
+    # A queried message has phys_offset as a pulled one does (it had only commit_log_offset).
+    assert m.phys_offset == m.commit_log_offset == admin.view_by_id(r.msg_id).phys_offset == r.phys_offset
     assert admin.look_by_offset(r.phys_offset).msg_id == r.msg_id
     assert admin.view_by_id("7F00000100002A9F7FFFFFFFFFFFFFFF") is None
     assert admin.offset_by_time("adm", 2, 0) == 0
