@@ -16,7 +16,10 @@ The queue count of a topic is its `writeQueueNums`. The file is replaced atomica
 old table or the new one, never a torn one.
 
 Names follow RocketMQ's rule: 1..127 UTF-8 bytes of `[%|a-zA-Z0-9_-]`. Queue counts are
-1..1024.
+1..1024. RocketMQ's system topics (its TopicValidator's) cannot be created by `create_topic`,
+and the clients refuse to send to those no client may send to (the delay topic, whose name
+really ends in four X's, and the transaction topics); a `put` on the wire is taken, as
+RocketMQ's store takes it from the broker's own services.
 """
 from __future__ import annotations
 
@@ -32,6 +35,26 @@ MAX_TOPIC_BYTES = 127
 MAX_QUEUES = 1024
 PERM_READ_WRITE = 6
 _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+# RocketMQ's TopicValidator: topics no client sends to, and every system topic (the former,
+# the auto-create template TBW102, trace, self-test, offset-moved, benchmark; any rmq_sys_*).
+NOT_ALLOWED_SEND_TOPICS = frozenset(("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"))
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {"TBW102", "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC",
+                                           "OFFSET_MOVED_EVENT", "BenchmarkTest"}
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def send_topic_problem(topic: str) -> str | None:
+    """Why a client may not send to `topic` (RocketMQ: isNotAllowedSendTopic), or None."""
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        return f"topic {topic} is a system topic of the store: clients may not send to it"
+    return None
 
 
 class TopicTableError(ValueError):

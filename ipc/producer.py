@@ -41,6 +41,7 @@ import weakref
 from core.hashing import java_hash
 from core.message import Message
 from core.status import PutMessageStatus
+from core.topics import send_topic_problem
 from ipc.connection import Connection, MQError, PeerUnreachable
 from ipc.protocol import ERROR, ErrorCode
 
@@ -267,6 +268,12 @@ def _error_code(code):
 EMPTY_BODY = "a message body cannot be empty (RocketMQ's client refuses it too)"
 
 
+def _check_send_topic(topic) -> None:
+    problem = send_topic_problem(topic) if topic.__class__ is str else None
+    if problem:
+        raise ValueError(problem)
+
+
 def _as_body(body) -> bytes:
     if isinstance(body, bytes):
         return body
@@ -279,7 +286,9 @@ def _as_body(body) -> bytes:
 
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
-    """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body."""
+    """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body or a topic
+    no client may send to (core.topics.send_topic_problem)."""
+    _check_send_topic(topic)
     props = {str(k): str(v) for k, v in properties.items()} if properties else {}
     uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
     props[UNIQ_KEY] = uniq
@@ -320,9 +329,11 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     or core.Message objects (their tags, keys, properties and flag are kept). One body given
     where the list belongs raises TypeError (a str would be sent one message per character); a
     Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of
-    mixed topics (an empty topic stands for the batch's); so does an empty body."""
+    mixed topics (an empty topic stands for the batch's); so do an empty body and a topic no
+    client may send to."""
     if isinstance(items, (str, bytes, bytearray, memoryview)):
         raise TypeError("a batch is a list of bodies or Messages, not one body")
+    _check_send_topic(topic)
     n = len(items)
     if n == 0:
         raise ValueError("a batch needs at least one message")

@@ -43,7 +43,7 @@ from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
-from core.topics import TopicTable, queue_count_problem, topic_name_problem
+from core.topics import TopicTable, is_system_topic, queue_count_problem, topic_name_problem
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
@@ -411,6 +411,9 @@ class Appender(ServiceLoop):
 
     def _create_topic(self, env, frames, received):
         topic = self._topic_name(env)
+        if is_system_topic(topic):
+            raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
+                                                     "it cannot be created")
         queues = field(env, "queues", int, None)
         if queues is None:                    # get or create: an existing topic is kept as it is
             queues = self.topics.get(topic) or self.config.default_topic_queue_nums

@@ -28,6 +28,7 @@ import sys
 import time
 
 from core.message import SYSTEM_PROPERTIES, Message
+from core.topics import send_topic_problem
 from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError
@@ -90,6 +91,8 @@ def _check_options(args) -> None:
     if args.queue is not None:
         check_queue_range("--queue", [args.queue])
     check_name("--topic", args.topic)
+    if send_topic_problem(args.topic):
+        raise UsageError(f"--topic {args.topic}: {send_topic_problem(args.topic)}")
     check_timeout(args.timeout)
 
 

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from core.topics import MAX_QUEUES, queue_count_problem
+from core.topics import MAX_QUEUES, is_system_topic, queue_count_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from supervisor.cli import UsageError
@@ -85,6 +85,8 @@ def run(args) -> int:
         raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
     if args.create is not None:
         check_name("--create", args.create)
+        if is_system_topic(args.create):
+            raise UsageError(f"--create {args.create}: a system topic of RocketMQ; it cannot be created")
     try:
         with Admin(locate(args)[0]) as admin:
             if args.create:

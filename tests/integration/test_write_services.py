@@ -196,6 +196,8 @@ def test_malformed_requests_get_errors_and_the_appender_keeps_serving(config):
             (("put_batch", [b"a", b"b"]), {"topic": "T", "sizes": [1]}, ErrorCode.TOO_MANY_FRAMES),
             (("create_topic", []), {"topic": "N", "queues": 0}, ErrorCode.BAD_FIELD),
             (("create_topic", []), {"topic": "a/b", "queues": 2}, ErrorCode.BAD_TOPIC),
+            (("create_topic", []), {"topic": "TBW102", "queues": 2}, ErrorCode.BAD_TOPIC),
+            (("create_topic", []), {"topic": "SCHEDULE_TOPIC_XXXX"}, ErrorCode.BAD_TOPIC),
             (("topic_info", []), {"topic": "Unknown"}, ErrorCode.NOT_FOUND),
         ]
         for (op, frames), fields, code in cases:

@@ -22,6 +22,10 @@ from supervisor.cli import main
     (["produce", "--topic", "T", "--body", "x", "--property", "TAGS=zzz"], "TAGS is a system property"),
     (["produce", "--topic", "T", "--body", "x", "--property", "UNIQ_KEY=dup"], "UNIQ_KEY is a system"),
     (["produce", "--topic", "T", "--body", ""], "a message body cannot be empty"),
+    (["produce", "--topic", "SCHEDULE_TOPIC_XXXX", "--body", "x"], "clients may not send to it"),
+    (["produce", "--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--body", "x"], "clients may not send"),
+    (["topics", "--create", "TBW102"], "--create TBW102: a system topic"),
+    (["topics", "--create", "rmq_sys_mine"], "a system topic"),
     (["status"], "no store directory at"),
     (["stop"], "no store directory at"),
 ])

@@ -104,6 +104,16 @@ def test_an_empty_body_is_refused_as_rocketmqs_client_refuses_it():
             send()
 
 
+def test_the_store_s_own_topics_are_refused_as_rocketmqs_client_refuses_them():
+    # Regression: Producer.send("SCHEDULE_TOPIC_XXXX", ...) was stored (TopicValidator's
+    # isNotAllowedSendTopic); TBW102 may be sent to, as in RocketMQ.
+    for send in (lambda: encode_put("SCHEDULE_TOPIC_XXXX", b"x"),
+                 lambda: encode_batch("RMQ_SYS_TRANS_HALF_TOPIC", [b"a"])):
+        with pytest.raises(ValueError, match="clients may not send to it"):
+            send()
+    assert encode_put("TBW102", b"x")[0]["topic"] == "TBW102"
+
+
 def test_parse_put_reply():
     env = {"rid": 1, "status": "PUT_OK", "msg_id": "AB" * 16, "queue_id": 2, "queue_offset": 5,
            "phys_offset": 900, "store_timestamp": NOW}
