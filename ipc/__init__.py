@@ -5,7 +5,7 @@ The client classes are imported on first use, so that services importing `ipc.pr
 `ipc.control_block` do not load them.
 """
 _EXPORTS = {
-    "Producer": "ipc.producer", "SendResult": "ipc.producer",
+    "Producer": "ipc.producer", "SendResult": "ipc.send_result",
     "Consumer": "ipc.consumer",
     "Admin": "ipc.admin",
     "Connection": "ipc.connection", "MQError": "ipc.connection", "ConnectionClosed": "ipc.connection",

@@ -7,7 +7,8 @@ import pytest
 
 from core.message import Message
 from core.status import PutMessageStatus
-from ipc.producer import UNIQ_KEY, SendResult, encode_batch, encode_put, parse_send_reply
+from ipc.producer import UNIQ_KEY, encode_batch, encode_put
+from ipc.send_result import SendResult, parse_send_reply
 from ipc.protocol import ErrorCode, pack, unpack
 from services.append_request import parse_put, parse_put_batch
 

@@ -1,0 +1,92 @@
+"""`SendResult`, what a producer's put or batch put came to, and `parse_send_reply`, which makes
+one from the appender's reply (docs/PROTOCOL.md): a put status with its message ids and
+offsets, or, for a refusal, the status with the error code and the reason the store gave.
+An error reply (status "ERROR") becomes a put status too: UNAVAILABLE is
+SERVICE_NOT_AVAILABLE, a failure on the store's side UNKNOWN_ERROR, any other code (a bad
+field, a bad topic name) MESSAGE_ILLEGAL.
+"""
+from __future__ import annotations
+
+from core.status import PutMessageStatus
+from ipc.protocol import ERROR, ErrorCode
+
+_PUT_STATUSES = {s.value: s for s in PutMessageStatus}
+_ERROR_STATUS = {
+    ErrorCode.UNAVAILABLE: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    ErrorCode.INTERNAL: PutMessageStatus.UNKNOWN_ERROR,
+    ErrorCode.UNKNOWN_OP: PutMessageStatus.UNKNOWN_ERROR,
+}
+
+
+class SendResult:
+    """The answer to a put or a batch put. `status` is a core.PutMessageStatus; `msg_id` is the
+    offset message id (of the first message of a batch, all in `msg_ids`); `uniq_key(s)` the
+    client-side ids; `error_code`/`reason` are set when the store refused the put and said why. A list
+    given as `msg_ids` is kept as it is (a reply's own list, not copied)."""
+
+    __slots__ = ("status", "topic", "msg_ids", "queue_id", "queue_offset", "phys_offset",
+                 "store_timestamp", "count", "uniq_keys", "error_code", "reason")
+
+    def __init__(self, status, topic="", msg_ids=(), queue_id=-1, queue_offset=-1, phys_offset=-1,
+                 store_timestamp=0, count=0, uniq_keys=(), error_code=None, reason=""):
+        self.status = status
+        self.topic = topic
+        self.msg_ids = msg_ids if msg_ids.__class__ is list else list(msg_ids)
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.store_timestamp = store_timestamp
+        self.count = count
+        self.uniq_keys = uniq_keys
+        self.error_code = error_code
+        self.reason = reason
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        return self.msg_ids[0] if self.msg_ids else ""
+
+    @property
+    def uniq_key(self) -> str:
+        return self.uniq_keys[0] if self.uniq_keys else ""
+
+    def __repr__(self) -> str:
+        extra = f", error={self.error_code!r}, reason={self.reason!r}" \
+            if self.error_code or self.reason else ""
+        return (f"SendResult({self.status.name}, msg_id={self.msg_id!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, phys_offset={self.phys_offset}, count={self.count}{extra})")
+
+
+def parse_send_reply(env: dict, topic: str, uniq_keys: list) -> SendResult:
+    """A SendResult from a `put` or `put_batch` reply (an error reply becomes a status)."""
+    status = env.get("status")
+    if status == ERROR:
+        code = _error_code(env.get("code"))
+        return SendResult(_ERROR_STATUS.get(code, PutMessageStatus.MESSAGE_ILLEGAL), topic,
+                          uniq_keys=uniq_keys, error_code=code, reason=str(env.get("reason", "")))
+    st = _PUT_STATUSES.get(status) if status.__class__ is str else None
+    if st is None:
+        return SendResult(PutMessageStatus.UNKNOWN_ERROR, topic, uniq_keys=uniq_keys,
+                          reason=f"unexpected status {status!r}")
+    if st is not PutMessageStatus.PUT_OK and "reason" in env:   # a refusal that says why
+        return SendResult(st, topic, uniq_keys=uniq_keys, error_code=_error_code(env.get("code")),
+                          reason=str(env["reason"]))
+    ids = env.get("msg_ids")
+    if ids is None:
+        ids = [env["msg_id"]] if env.get("msg_id") else []
+    return SendResult(st, topic, ids, env.get("queue_id", -1), env.get("queue_offset", -1),
+                      env.get("phys_offset", -1), env.get("store_timestamp", 0),
+                      env.get("count", len(ids)), uniq_keys)
+
+
+def _error_code(code):
+    """The ErrorCode of a reply's `code` (None when absent; the number when unknown)."""
+    if code is None:
+        return None
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code
