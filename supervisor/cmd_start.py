@@ -87,9 +87,14 @@ def setup_logging(config: StoreConfig) -> None:
     to_err.setFormatter(logging.Formatter("mqstore: %(message)s"))
     for handler in (to_file, to_err):
         root.addHandler(handler)
-    core_log = logging.getLogger("core")
+    core_log = logging.getLogger("core")          # the engine's recovery and config lines
     core_log.setLevel(logging.INFO)
+    core_log.propagate = False
     core_log.addHandler(to_file)
+    core_err = logging.StreamHandler(sys.stderr)  # its warnings (a recovery cut) on the terminal
+    core_err.setLevel(logging.WARNING)
+    core_err.setFormatter(to_err.formatter)
+    core_log.addHandler(core_err)
 
 
 def run(args) -> int:

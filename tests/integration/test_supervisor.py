@@ -234,3 +234,23 @@ def test_metrics_port_zero_picks_a_free_port_that_status_shows(store):
     shown = cli("status", "--store", s.root)
     assert shown.returncode == 0 and f"metrics {url}" in shown.stdout, shown
     assert s.stop() == 0
+
+
+def test_a_recovery_cut_is_told_on_stderr(store):
+    # Regression: one flipped body byte made the next start drop every record after it, and
+    # the operator saw only "recovery done: the log spans [0, X)".
+    s = store().start()
+    replies = put_some(s, "Cut", 50, size=200)
+    assert s.stop() == 0
+    victim = replies[30]["phys_offset"]
+    path = s.path("commitlog", "%020d" % 0)
+    with open(path, "r+b") as f:
+        data = f.read(replies[-1]["phys_offset"] + 400)
+        at = data.index(b"body-30-")
+        assert victim < at < replies[31]["phys_offset"]
+        f.seek(at)
+        f.write(b"X")
+    s.start()
+    err = s.stderr()
+    assert f"recovery cut the log at {victim}" in err and "19 records" in err, err
+    assert s.stop() == 0
