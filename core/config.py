@@ -103,6 +103,18 @@ def _under_root(*names: str) -> property:
                     doc=f"<store_path_root_dir>/{'/'.join(names)}")
 
 
+_warned: set = set()
+
+
+def _warn_once(msg: str, *args) -> None:
+    """Log a correction once per process: a configuration is rebuilt (`replace`) several times
+    at start, and each copy would repeat it."""
+    text = msg % args
+    if text not in _warned:
+        _warned.add(text)
+        log.warning(text)
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """RocketMQ's MessageStoreConfig (snake_case, same defaults) plus mqstore's own keys."""
@@ -207,17 +219,17 @@ class StoreConfig:
         for key, (lo, hi) in _CLAMPED.items():
             value = getattr(self, key)
             if not lo <= value <= hi:
-                log.warning("%s = %d is outside %d..%d: using %d, as RocketMQ does", key, value, lo, hi,
+                _warn_once("%s = %d is outside %d..%d: using %d, as RocketMQ does", key, value, lo, hi,
                             min(max(value, lo), hi))
                 object.__setattr__(self, key, min(max(value, lo), hi))
         size = self.mapped_file_size_consume_queue
         if size > 0 and size % CQ_STORE_UNIT_SIZE:
             rounded = -(-size // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
-            log.warning("mapped_file_size_consume_queue = %d is not a multiple of %d (the entry size): "
+            _warn_once("mapped_file_size_consume_queue = %d is not a multiple of %d (the entry size): "
                         "using %d, as RocketMQ does", size, CQ_STORE_UNIT_SIZE, rounded)
             object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
         if self.transient_store_pool_enable and not self.use_transient_store_pool:
-            log.warning("transient_store_pool_enable = true has no effect with flush_disk_type = %s "
+            _warn_once("transient_store_pool_enable = true has no effect with flush_disk_type = %s "
                         "and broker_role = %s: as RocketMQ, the pool serves only an ASYNC_FLUSH "
                         "master", self.flush_disk_type, self.broker_role)
 

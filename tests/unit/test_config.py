@@ -7,9 +7,16 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
+import core.config
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
 from core.store_format import check_store_format
 from core.fileops import FileOps
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Corrections are warned once per process; each test starts with none said yet."""
+    monkeypatch.setattr(core.config, "_warned", set())
 
 ROCKETMQ_DEFAULTS = {
     "mapped_file_size_commitlog": 1073741824, "mapped_file_size_consume_queue": 6000000,
@@ -166,6 +173,16 @@ def test_a_transient_pool_that_is_not_used_is_warned_about(settings, warned, cap
     cfg = StoreConfig(transient_store_pool_enable=True, **settings)
     assert cfg.use_transient_store_pool is not warned
     assert ("transient_store_pool_enable" in caplog.text) is warned
+
+
+def test_a_correction_is_warned_once_however_often_the_config_is_rebuilt(caplog):
+    # Regression: start built the configuration twice (the file, then --port) and printed the
+    # transient pool warning twice.
+    cfg = StoreConfig(transient_store_pool_enable=True, flush_disk_type="SYNC_FLUSH",
+                      disk_max_used_space_ratio=99)
+    cfg.replace(listen_port=1234).replace(listen_port=1235)
+    assert caplog.text.count("transient_store_pool_enable") == 1
+    assert caplog.text.count("disk_max_used_space_ratio") == 1
 
 
 def test_the_smallest_segment_holds_the_smallest_record_and_a_blank():
