@@ -62,6 +62,8 @@ def run(args) -> int:
     finally:
         bar.close()
     print(describe(report, abnormal))
+    from supervisor.runtime import clear_run   # what a dead supervisor left: `status` named it
+    clear_run(cfg)
     bar = ProgressBar("checking")
     try:
         checked = fsck.check(cfg.store_path_root_dir, config=cfg, progress=bar)
@@ -82,6 +84,12 @@ def describe(report, had_abort: bool) -> str:
     lines = [f"recovery: {how}", f"  checkpoint {ckpt}",
              f"  scanned {report.scanned_bytes} bytes of the CommitLog from offset {report.start_offset}; "
              f"the log ends at {report.end_offset}"]
+    if report.dropped_records > 1:
+        lines.append(f"  the record at {report.end_offset} fails its check: it and "
+                     f"{report.dropped_records - 1} records after it ({report.dropped_bytes} bytes) "
+                     "were cut")
+    elif report.dropped_records:
+        lines.append(f"  an incomplete last record ({report.dropped_bytes} bytes) was cut")
     if had_abort:
         lines.append("  abort file removed: the next start is a normal one")
     return "\n".join(lines)

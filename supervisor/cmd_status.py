@@ -110,8 +110,10 @@ def locate(args) -> tuple[str, int | None, str | None]:
         raise NotRunning(f"no store is running at {root} (no run/address)") from None
     pid = read_pid(os.path.join(run, "supervisor.pid"))
     if pid is not None and not pid_alive(pid):
-        raise NotRunning(f"no store is running at {root}: supervisor pid {pid} has exited "
-                         "(the abort file stays; the next start runs the abnormal recovery)")
+        after = "the abort file stays; the next start runs the abnormal recovery" \
+            if os.path.exists(os.path.join(root, "abort")) else \
+            "no abort file: recovered since, the next start is a normal one"
+        raise NotRunning(f"no store is running at {root}: supervisor pid {pid} has exited ({after})")
     return address, pid, root
 
 

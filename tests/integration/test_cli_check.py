@@ -159,3 +159,36 @@ def test_a_running_store_is_checked_but_not_recovered(tmp_path):
     assert child.returncode == 0 and not os.path.exists(os.path.join(root, "abort"))
     after = mqstore("recover", "--store", root)
     assert after.returncode == 0 and "recovery: normal" in after.stdout
+
+
+def test_recover_clears_what_a_dead_supervisor_left_in_run(tmp_path):
+    # Regression: after `recover` removed the abort file, `status` and `stop` still said "the
+    # abort file stays; the next start runs the abnormal recovery", from the dead supervisor's
+    # run/address and run/supervisor.pid, which recover left in place.
+    root = str(tmp_path / "crashed")
+    child = subprocess.run([sys.executable, "-c", CHILD, root, "crash"], capture_output=True,
+                           text=True, timeout=120)
+    assert child.stdout.startswith("ready")
+    run = os.path.join(root, "run")
+    os.makedirs(run, exist_ok=True)
+    with open(os.path.join(run, "address"), "w") as f:
+        f.write("tcp://127.0.0.1:1\n")
+    with open(os.path.join(run, "supervisor.pid"), "w") as f:
+        f.write(f"{child_pid_gone()}\n")
+    before = mqstore("status", "--store", root)
+    assert before.returncode == 1 and "the abort file stays" in before.stderr, before.stderr
+    os.unlink(os.path.join(root, "abort"))             # as if recovered by hand
+    without = mqstore("status", "--store", root)
+    assert "no abort file" in without.stderr and "abort file stays" not in without.stderr
+    open(os.path.join(root, "abort"), "w").close()
+    assert mqstore("recover", "--store", root).returncode == 0
+    assert not os.path.exists(os.path.join(run, "address"))
+    assert not os.path.exists(os.path.join(run, "supervisor.pid"))
+    after = mqstore("status", "--store", root)
+    assert after.returncode == 1 and "no run/address" in after.stderr, after.stderr
+
+
+def child_pid_gone() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, timeout=60)
+    return int(done.stdout)
