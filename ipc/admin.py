@@ -47,8 +47,10 @@ class Admin:
         listed = sorted(env.get("topics", []), key=lambda t: t.get("topic", ""))
         return {t["topic"]: t["queues"] for t in listed}
 
-    def create_topic(self, topic: str, queues: int = 4) -> dict:
-        """Create `topic` with `queues` queues (1..1024); {"topic", "queues"}."""
+    def create_topic(self, topic: str, queues: int | None = None) -> dict:
+        """Create `topic` with `queues` queues (1..1024), or change an existing topic's count;
+        without `queues`, an existing topic is kept as it is and a new one gets the store's
+        default_topic_queue_nums. {"topic", "queues"}."""
         return self._strip(self._conn.call("appender", "create_topic", topic=topic, queues=queues))
 
     def topic_info(self, topic: str) -> dict | None:

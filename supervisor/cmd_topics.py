@@ -5,9 +5,11 @@ The list shows each topic with its queue count and the number of messages its qu
 (max offset - min offset summed); `--offsets` adds every queue's first and last offset (both
 included, as `produce` prints them), `--json` prints one JSON object per topic instead, with
 each queue's `min_offset` and `max_offset` (the next offset to be written), as the protocol
-has them. `--create NAME --queues N` creates a topic with N
-queues (1..1024, default 4), or changes the queue count of an existing one. Topics are also
-created by the first put, with the store's `default_topic_queue_nums` queues.
+has them. `--create NAME --queues N` creates a topic with N queues (1..1024), or changes the
+queue count of an existing one; `--create NAME` alone creates it with the store's
+`default_topic_queue_nums` queues and leaves an existing topic as it is (so it can be run again
+as a set-up step). Topics are also created by the first put, with the store's
+`default_topic_queue_nums` queues.
 
 Exit status: 0 on success, 1 when the store is not running or refused the request, 2 for a
 `--queues` value outside 1..1024 or a `--create` name that is not a legal topic name (found
@@ -25,8 +27,6 @@ from ipc.connection import MQError
 from supervisor.cli import UsageError
 from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
 
-DEFAULT_QUEUES = 4
-
 
 def add_parser(subparsers):
     p = subparsers.add_parser("topics", help="list or create topics",
@@ -35,7 +35,9 @@ def add_parser(subparsers):
     p.add_argument("--create", metavar="NAME",
                    help="create topic NAME (characters a-z A-Z 0-9 _ - %% |, at most 127 bytes)")
     p.add_argument("--queues", type=int, metavar="N",
-                   help=f"queues of the topic to create (1..{MAX_QUEUES}, default {DEFAULT_QUEUES})")
+                   help=f"queues of the topic to create (1..{MAX_QUEUES}); without it a new topic "
+                        "gets the store's default_topic_queue_nums and an existing one keeps its "
+                        "count")
     p.add_argument("--offsets", action="store_true", help="list every queue's min and max offset")
     p.add_argument("--json", action="store_true", help="one JSON object per topic")
     add_store_arguments(p)
@@ -79,9 +81,7 @@ def _span(low: int, high: int) -> str:
 def run(args) -> int:
     if args.queues is not None and args.create is None:
         raise UsageError(f"--queues {args.queues}: --queues needs --create")
-    if args.queues is None:
-        args.queues = DEFAULT_QUEUES
-    if queue_count_problem(args.queues):
+    if args.queues is not None and queue_count_problem(args.queues):
         raise UsageError(f"--queues {args.queues}: a topic has 1..{MAX_QUEUES} queues")
     if args.create is not None:
         check_name("--create", args.create)

@@ -282,6 +282,9 @@ def test_cli_produce_consume_query_topics(store, tmp_path):
     assert q.returncode == 1
     t = run_cli("topics", "--create", "cli-made", "--queues", "2", *a)
     assert t.returncode == 0 and "2 queues" in t.stdout
+    # Regression: --create without --queues sent 4 and changed an existing topic's count.
+    t = run_cli("topics", "--create", "cli-made", *a)
+    assert t.returncode == 0 and "2 queues" in t.stdout, t.stdout
     t = run_cli("topics", "--json", *a)
     rows = {r["topic"]: r for r in map(json.loads, t.stdout.splitlines())}
     assert rows["cli-made"]["queues"] == 2 and rows["cli"]["messages"] == 8
