@@ -8,8 +8,9 @@ epoch). `--id` finds one message by its offset message id (the `msgId` that prod
 
 Prints each message as a block of fields, or with `--json` one JSON object per line (as
 `mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
-the store is not running), 2 for --key without --topic or a value the store would refuse (a
-topic name it does not allow, `--max` below 1, a negative offset or time).
+the store is not running), 2 for --key without --topic, --topic, --max, --begin or --end with
+--id or --offset (they narrow a search by key only), --begin after --end, or a value the store
+would refuse (a topic name it does not allow, `--max` below 1, a negative offset or time).
 """
 from __future__ import annotations
 
@@ -72,6 +73,11 @@ def _check_range(option: str, value, low: int, high: int) -> None:
 def _check_options(args) -> None:
     if args.key is not None and not args.topic:
         raise UsageError("--key needs --topic")
+    if args.key is None:                 # --id and --offset name one message: nothing to narrow
+        for option, value, unset in (("--topic", args.topic, None), ("--max", args.max, 32),
+                                     ("--begin", args.begin, 0), ("--end", args.end, None)):
+            if value != unset:
+                raise UsageError(f"{option} goes with --key only")
     if args.topic is not None:
         check_name("--topic", args.topic)
     if args.id is not None:
@@ -83,6 +89,8 @@ def _check_options(args) -> None:
     _check_range("--max", args.max, 1, INT32_MAX)
     for option, value in (("--offset", args.offset), ("--begin", args.begin), ("--end", args.end)):
         _check_range(option, value, 0, INT64_MAX)
+    if args.end is not None and args.begin > args.end:
+        raise UsageError(f"--begin {args.begin} is after --end {args.end}")
 
 
 def run(args) -> int:

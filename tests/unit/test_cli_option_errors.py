@@ -26,6 +26,9 @@ from supervisor.cli import main
     (["produce", "--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--body", "x"], "clients may not send"),
     (["topics", "--create", "TBW102"], "--create TBW102: a system topic"),
     (["topics", "--create", "rmq_sys_mine"], "a system topic"),
+    (["query", "--id", "0" * 32, "--topic", "T"], "--topic goes with --key only"),
+    (["query", "--offset", "0", "--max", "3"], "--max goes with --key only"),
+    (["query", "--topic", "T", "--key", "k", "--begin", "100", "--end", "50"], "--begin 100 is after --end 50"),
     (["status"], "no store directory at"),
     (["stop"], "no store directory at"),
 ])
