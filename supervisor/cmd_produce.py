@@ -12,7 +12,10 @@ Tags, keys and properties apply to every message; each message also gets its own
 DELAY, WAIT, ...) are refused, as its putUserProperty refuses them.
 
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
-offset range) unless `--quiet`, then a summary on standard error. Exit status: 0 when every
+offset range; a refusal with its reason) unless `--quiet`, which prints only the first failure,
+then a summary on standard error: messages stored (acknowledged), refused, unconfirmed (no
+answer in time: they may have been stored) and, when the store went away, that the rest of
+the input was not sent. Exit status: 0 when every
 message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
 2 for options that do not go together or are out of range (a `--queue` that is not a queue of
 an existing topic among them; a new topic gets the store's `default_topic_queue_nums`), a
@@ -137,6 +140,56 @@ def _line(result) -> str:
     return f"{result.status.name} {result.msg_id} queue {result.queue_id} offset {result.queue_offset}"
 
 
+class Tally:
+    """What became of the messages sent: acknowledged (PUT_OK), refused (another status) or
+    unconfirmed (no answer: they may be stored or not)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.sent = self.acked = self.refused = self.unconfirmed = self.failures = 0
+
+    def settle(self, fut, n: int) -> None:
+        try:
+            result = fut.result()
+        except (TimeoutError, ConnectionError) as e:
+            self.unconfirmed += n
+            self._failure(f"mqstore produce: {e}")
+            return
+        if result.ok:
+            self.acked += n
+            if not self.quiet:
+                print(_line(result))
+        else:
+            self.refused += n
+            self._failure(_line(result))
+
+    def _failure(self, line: str) -> None:
+        """Every failure without --quiet; with it, the first one (so that the reason is seen)."""
+        self.failures += 1
+        if not self.quiet or self.failures == 1:
+            print(line, file=sys.stderr)
+        elif self.failures == 2:
+            print("mqstore produce: more failures; --quiet counts them in the summary", file=sys.stderr)
+
+    def summary(self, took: float, skipped: int, stopped: str | None = None) -> str:
+        rate = f", {self.sent / took:,.0f} msg/s" if took > 0 and self.sent else ""
+        parts = [f"mqstore produce: {self.acked} of {self.sent} messages stored in {took:.2f} s{rate}"]
+        if self.refused:
+            parts.append(f"{self.refused} refused")
+        if self.unconfirmed:
+            parts.append(f"{self.unconfirmed} unconfirmed (no answer in time: they may have been "
+                         "stored; consumers tell a resent copy by its UNIQ_KEY)")
+        if skipped:
+            parts.append(f"{skipped} empty line{'s' if skipped != 1 else ''} skipped")
+        if stopped:
+            parts.append(f"stopped early ({stopped}): the rest of the input was not sent")
+        return "; ".join(parts)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.refused or self.unconfirmed)
+
+
 def run(args) -> int:
     _check_options(args)
     props = _properties(args.property)
@@ -150,26 +203,12 @@ def run(args) -> int:
         print(f"mqstore produce: {e}", file=sys.stderr)
         return 1
     plain = args.tags is None and args.keys is None and not props
-    sent = failed = 0
+    tally = Tally(args.quiet)
     start = time.monotonic()
+    stopped = None
+    inflight = collections.deque()
     try:
         with Producer(address, timeout=args.timeout) as producer:
-            inflight = collections.deque()
-
-            def settle(entry) -> None:
-                nonlocal failed
-                fut, n = entry
-                try:
-                    result = fut.result()
-                except (TimeoutError, ConnectionError) as e:
-                    failed += n
-                    print(f"mqstore produce: {e}", file=sys.stderr)
-                    return
-                if not result.ok:
-                    failed += n
-                if not args.quiet or not result.ok:
-                    print(_line(result), file=sys.stdout if result.ok else sys.stderr)
-
             wait = not args.no_wait
             for chunk in _chunks(bodies, args.batch):
                 if len(chunk) > 1 or args.batch > 1:
@@ -180,24 +219,22 @@ def run(args) -> int:
                 else:
                     fut = producer.send_async(args.topic, chunk[0], args.tags, args.keys, props, args.queue,
                                               sharding_key=args.sharding_key, wait=wait)
-                sent += len(chunk)
+                tally.sent += len(chunk)
                 inflight.append((fut, len(chunk)))
                 while len(inflight) >= args.in_flight or (inflight and inflight[0][0].done()):
-                    settle(inflight.popleft())
+                    tally.settle(*inflight.popleft())
             while inflight:
-                settle(inflight.popleft())
+                tally.settle(*inflight.popleft())
     except (ConnectionError, TimeoutError, MQError) as e:
         print(f"mqstore produce: {e}", file=sys.stderr)
-        return 1
+        stopped = str(e)
+        tally.unconfirmed += sum(n for _, n in inflight)
     except KeyboardInterrupt:
-        print(f"mqstore produce: interrupted after {sent} messages", file=sys.stderr)
+        stopped = "interrupted"
+        print(tally.summary(time.monotonic() - start, skipped[0], stopped), file=sys.stderr)
         return 130
-    took = time.monotonic() - start
-    rate = f", {sent / took:,.0f} msg/s" if took > 0 and sent else ""
-    empty = f"; {skipped[0]} empty line{'s' if skipped[0] != 1 else ''} skipped" if skipped[0] else ""
-    print(f"mqstore produce: {sent - failed} of {sent} messages stored in {took:.2f} s{rate}{empty}",
-          file=sys.stderr)
-    return 1 if failed else 0
+    print(tally.summary(time.monotonic() - start, skipped[0], stopped), file=sys.stderr)
+    return 1 if tally.failed or stopped else 0
 
 
 def _chunks(iterable, n: int):

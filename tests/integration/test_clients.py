@@ -304,6 +304,13 @@ def test_cli_produce_consume_query_topics(store, tmp_path):
         "max_message_size 131072" in p.stdout + p.stderr, p
     p = run_cli("produce", "--topic", "cli", "--body", "x" * 60_000, "--count", "3", "--batch", "3", *a)
     assert p.returncode == 1 and "MESSAGE_ILLEGAL: a batch is one unit" in p.stdout + p.stderr, p
+    # Regression: --quiet printed every refusal (500 identical lines in the walkthrough).
+    p = run_cli("produce", "--topic", "cli", "--body", "x" * 60_000, "--count", "9", "--batch", "3",
+                "--quiet", *a)
+    lines = p.stderr.splitlines()
+    assert p.returncode == 1 and p.stdout == "" and len(lines) == 3, p.stderr
+    assert lines[0].startswith("MESSAGE_ILLEGAL: a batch is one unit") and "more failures" in lines[1]
+    assert "0 of 9 messages stored" in lines[2] and "9 refused" in lines[2]
 
 
 def test_cli_consume_follow_and_produce_file(store, tmp_path, admin):
@@ -341,6 +348,15 @@ def test_cli_help_names_every_option(command, options):
     assert out.returncode == 0
     for option in options:
         assert option in out.stdout, option
+
+
+def test_cli_produce_says_what_was_not_sent_when_the_store_is_gone():
+    # Regression: when the store went away, produce ended with the error alone: no summary,
+    # and nothing said that the rest of the input was never sent.
+    p = run_cli("produce", "--topic", "t", "--address", "tcp://127.0.0.1:1", "--timeout", "0.5",
+                stdin="a\nb\n")
+    assert p.returncode == 1
+    assert "stopped early" in p.stderr and "the rest of the input was not sent" in p.stderr, p.stderr
 
 
 def test_cli_without_a_store(tmp_path):
