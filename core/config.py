@@ -215,7 +215,8 @@ class StoreConfig:
 
     def _correct_as_rocketmq(self) -> None:
         """Clamp the disk ratios and round the consume-queue file size up, as RocketMQ does; warn
-        that a transient store pool asked for is not used (SYNC_FLUSH or a slave)."""
+        that a transient store pool asked for is not used (SYNC_FLUSH or a slave), and that
+        segments smaller than max_message_size refuse the messages that do not fit."""
         for key, (lo, hi) in _CLAMPED.items():
             value = getattr(self, key)
             if not lo <= value <= hi:
@@ -228,6 +229,10 @@ class StoreConfig:
             _warn_once("mapped_file_size_consume_queue = %d is not a multiple of %d (the entry size): "
                         "using %d, as RocketMQ does", size, CQ_STORE_UNIT_SIZE, rounded)
             object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
+        if 0 < self.mapped_file_size_commitlog < self.max_message_size:
+            _warn_once("mapped_file_size_commitlog = %d is below max_message_size = %d: a message or "
+                       "batch that does not fit in one segment is refused (MESSAGE_ILLEGAL)",
+                       self.mapped_file_size_commitlog, self.max_message_size)
         if self.transient_store_pool_enable and not self.use_transient_store_pool:
             _warn_once("transient_store_pool_enable = true has no effect with flush_disk_type = %s "
                         "and broker_role = %s: as RocketMQ, the pool serves only an ASYNC_FLUSH "

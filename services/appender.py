@@ -339,7 +339,12 @@ class Appender(ServiceLoop):
             return [pack(fields)]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
-            return [pack({"rid": rid, "status": append_status_to_put(result.status).value})]
+            fields = {"rid": rid, "status": append_status_to_put(result.status).value}
+            if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
+                fields["reason"] = (f"{'the batch' if batch else 'the record'} would not fit in a "
+                                    f"CommitLog segment of {self.commitlog.file_size} bytes "
+                                    "(mapped_file_size_commitlog)")
+            return [pack(fields)]
         self.last_store_ts = result.store_timestamp
         self.stats.stored(req.topic, req.count, req.body_bytes)
         fields = {"rid": rid, "status": PUT_OK, "queue_id": qid, "queue_offset": result.logics_offset,

@@ -229,6 +229,21 @@ def test_malformed_requests_get_errors_and_the_appender_keeps_serving(config):
         c.close()
 
 
+def test_a_record_larger_than_a_segment_says_why_it_is_refused(config):
+    # Regression: with segments smaller than max_message_size, a put or batch that could not
+    # fit one segment answered a bare MESSAGE_ILLEGAL (no code, no reason, nothing logged).
+    cfg = config(max_message_size=4 * SEGMENT)
+    with ServiceHarness(cfg, WRITE) as h:
+        c = RawClient(h.endpoint("appender"))
+        for op, frames, fields in (("put", [b"x" * (SEGMENT + 10)], {}),
+                                   ("put_batch", [b"y" * 2 * SEGMENT], {"sizes": [SEGMENT] * 2})):
+            r, _ = c.call(op, frames, topic="T", **fields)
+            assert r["status"] == "MESSAGE_ILLEGAL" and "would not fit in a CommitLog segment of " \
+                f"{SEGMENT} bytes" in r["reason"], r
+        assert put_ok(c, "T", b"still serving", queue_id=0)["queue_offset"] == 0
+        c.close()
+
+
 def test_topics_auto_created_and_created(config):
     cfg = config(default_topic_queue_nums=3)
     with ServiceHarness(cfg, WRITE) as h:

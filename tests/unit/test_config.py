@@ -175,6 +175,14 @@ def test_a_transient_pool_that_is_not_used_is_warned_about(settings, warned, cap
     assert ("transient_store_pool_enable" in caplog.text) is warned
 
 
+def test_segments_smaller_than_the_largest_message_are_warned_about(caplog):
+    StoreConfig(mapped_file_size_commitlog=4096, max_message_size=8192)
+    assert "mapped_file_size_commitlog = 4096 is below max_message_size = 8192" in caplog.text
+    caplog.clear()
+    StoreConfig(mapped_file_size_commitlog=8192, max_message_size=8192)
+    assert "mapped_file_size_commitlog" not in caplog.text
+
+
 def test_a_correction_is_warned_once_however_often_the_config_is_rebuilt(caplog):
     # Regression: start built the configuration twice (the file, then --port) and printed the
     # transient pool warning twice.
