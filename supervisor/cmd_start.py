@@ -14,8 +14,8 @@ encodes, unless the configuration sets `store_host`.
 
 Recovery shows a progress bar on a terminal (percent of the bytes to scan) and log lines
 otherwise. The supervisor's log goes to stderr and to `<store>/logs/supervisor.log`; each
-service logs to `<store>/logs/<service>.log`. Ctrl-C stops cleanly; a second Ctrl-C kills the
-services at once (the abort file then stays and the next start runs the abnormal recovery).
+service logs to `<store>/logs/<service>.log`. Ctrl-C (or SIGTERM, or SIGHUP when the terminal
+closes) stops cleanly; a second one kills the services at once (the abort file then stays and the next start runs the abnormal recovery).
 
 The supervisor always runs in the foreground (as under systemd or a container runtime);
 `--foreground` says so explicitly.
@@ -35,6 +35,7 @@ import sys
 from core.config import StoreConfig
 from supervisor.cli import EXIT_USAGE, UsageError, add_store_options, configured, store_config
 from supervisor.progress import ProgressBar
+from supervisor.terminal import SafeStream
 
 
 def add_parser(subparsers):
@@ -75,7 +76,7 @@ def check_store_dir(root: str) -> None:
         raise UsageError(f"--store {root}: cannot create the store directory: {reason}") from None
 
 
-def setup_logging(config: StoreConfig) -> None:
+def setup_logging(config: StoreConfig, err) -> None:
     os.makedirs(config.logs_dir, exist_ok=True)
     root = logging.getLogger("mqstore")
     root.setLevel(logging.INFO)
@@ -83,7 +84,7 @@ def setup_logging(config: StoreConfig) -> None:
     to_file = logging.FileHandler(os.path.join(config.logs_dir, "supervisor.log"))
     to_file.setFormatter(logging.Formatter(
         "%(asctime)s supervisor[%(process)d] %(levelname)s %(name)s: %(message)s"))
-    to_err = logging.StreamHandler(sys.stderr)
+    to_err = logging.StreamHandler(err)
     to_err.setFormatter(logging.Formatter("mqstore: %(message)s"))
     for handler in (to_file, to_err):
         root.addHandler(handler)
@@ -91,7 +92,7 @@ def setup_logging(config: StoreConfig) -> None:
     core_log.setLevel(logging.INFO)
     core_log.propagate = False
     core_log.addHandler(to_file)
-    core_err = logging.StreamHandler(sys.stderr)  # its warnings (a recovery cut) on the terminal
+    core_err = logging.StreamHandler(err)         # its warnings (a recovery cut) on the terminal
     core_err.setLevel(logging.WARNING)
     core_err.setFormatter(to_err.formatter)
     core_log.addHandler(core_err)
@@ -110,12 +111,13 @@ def run(args) -> int:
     except SupervisorError as e:
         raise UsageError(str(e)) from None
     check_store_dir(config.store_path_root_dir)
-    setup_logging(config)
+    out, err = SafeStream(sys.stdout), SafeStream(sys.stderr)   # a closed pipe never stops it
+    setup_logging(config, err)
     from supervisor.daemon import Supervisor   # not imported by the other commands
     from supervisor.metrics import Metrics
     metrics = Metrics(args.metrics_port, args.host) if args.metrics_port is not None else None
     sup = Supervisor(config, host=args.host, port=config.listen_port, metrics=metrics,
-                     progress=ProgressBar("recovering", stream=sys.stderr), out=sys.stdout,
+                     progress=ProgressBar("recovering", stream=err), out=out,
                      store_host_configured=configured(args.config, "store_host"))
     sup.install_signal_handlers()
     logging.getLogger("mqstore").info("starting the store at %s", config.store_path_root_dir)

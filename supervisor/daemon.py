@@ -99,6 +99,7 @@ class Supervisor:
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_signal)     # the terminal closed: stop cleanly
 
     def _on_signal(self, signum, frame) -> None:
         if self.stop_requested:

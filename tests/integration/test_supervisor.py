@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -16,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.store_files import StoreLock
 from services.append_waiters import BUCKETS_MS
 from tests.integration.harness import wait_for
-from tests.integration.supervised import SupervisedStore, cli, pid_gone
+from tests.integration.supervised import REPO, SupervisedStore, cli, pid_gone
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
 SERVICES = ["allocator", "flusher", "reput", "appender", "reader"]
@@ -254,3 +256,40 @@ def test_a_recovery_cut_is_told_on_stderr(store):
     err = s.stderr()
     assert f"recovery cut the log at {victim}" in err and "19 records" in err, err
     assert s.stop() == 0
+
+
+def test_sighup_stops_cleanly(store):
+    # Regression: SIGHUP (the terminal or SSH session closed) killed the supervisor at once
+    # (exit 129): the services died with it and the abort file stayed.
+    s = store().start()
+    put_some(s, "Hup", 5)
+    s.signal(signal.SIGHUP)
+    assert s.wait_exit() == 0
+    assert not os.path.exists(s.path("abort"))
+
+
+def test_a_closed_stdout_and_stderr_do_not_stop_the_store(tmp_path):
+    # Regression: `mqstore start ... | head -1` died of the broken pipe (exit 141) on its next
+    # write, taking the services with it and leaving the abort file.
+    root = str(tmp_path / "piped")
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "start", "--store", root,
+                             "--port", "0"], cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().startswith("mqstore: starting the store")
+        proc.stdout.close()                            # before the recovery summary and the
+        proc.stderr.close()                            # ready line are written
+        address = os.path.join(root, "run", "address")
+        assert wait_for(lambda: os.path.exists(address) or proc.poll() is not None, 60)
+        assert proc.poll() is None, proc.returncode
+        s = SupervisedStore(tmp_path, root=root)
+        s.address = open(address).read().strip()
+        put_some(s, "Piped", 5)                        # the store keeps serving
+        stopped = cli("stop", "--store", root)         # and its stop lines go nowhere
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(60) == 0
+        assert not os.path.exists(os.path.join(root, "abort"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
