@@ -145,6 +145,9 @@ class MessageStore:
         self.recovery_report = None
         self._sync_flush = config.is_sync_flush
         self._is_slave = config.is_slave
+        # A stored put that waits for the store's answer: a SYNC_MASTER also waits for a slave,
+        # and with no replication (none connects) answers SLAVE_NOT_AVAILABLE, as RocketMQ's.
+        self._acked = S.SLAVE_NOT_AVAILABLE if config.is_sync_master else _PUT_OK
         self.loaded = False
         self.running = False
         self.shut_down = False
@@ -296,7 +299,7 @@ class MessageStore:
             self.reput_service.wakeup()                    # the first put after a quiet second
         if self._sync_flush and msg.wait_store_msg_ok:
             return self._wait_flush(result)
-        return new_result(PutMessageResult, (_PUT_OK, result))
+        return new_result(PutMessageResult, (self._acked if msg.wait_store_msg_ok else _PUT_OK, result))
 
     def put_messages(self, msgs) -> PutMessageResult:
         """Append a batch (one topic and queue) as one unit: all of it or none."""
@@ -335,7 +338,7 @@ class MessageStore:
             self.reput_service.wakeup()
         if self._sync_flush and first.wait_store_msg_ok:
             return self._wait_flush(result)
-        return new_result(PutMessageResult, (_PUT_OK, result))
+        return new_result(PutMessageResult, (self._acked if first.wait_store_msg_ok else _PUT_OK, result))
 
     def _append_failed(self, result) -> PutMessageResult:
         if result.status is AppendMessageStatus.UNKNOWN_ERROR:
@@ -346,7 +349,7 @@ class MessageStore:
         """SYNC_FLUSH: answer once the flushed position passes the record (group commit)."""
         if not self.flush_service.wait_flushed(result.next_offset, self.config.sync_flush_timeout):
             return PutMessageResult(S.FLUSH_DISK_TIMEOUT, result)
-        return PutMessageResult(S.PUT_OK, result)
+        return PutMessageResult(self._acked, result)
 
     def _note_create_failure(self) -> None:
         err = self.allocate_service.last_error

@@ -70,6 +70,7 @@ PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL.value
+SLAVE_NOT_AVAILABLE = PutMessageStatus.SLAVE_NOT_AVAILABLE.value
 IDLE_INTERVAL_MS = 100    # the loop's poll timeout with no reply parked (requests wake it)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
@@ -83,6 +84,10 @@ class Appender(ServiceLoop):
         super().__init__(config, cb)
         self.sync = bool(cb.get(Word.SYNC_FLUSH))
         self.timeout_s = config.sync_flush_timeout / 1000
+        # The answer to a stored put that waits (WAIT not false). A SYNC_MASTER also waits for
+        # a slave; mqstore has no replication yet, so, as RocketMQ's master with no slave
+        # connected, it answers SLAVE_NOT_AVAILABLE (the message is stored).
+        self.acked = SLAVE_NOT_AVAILABLE if config.is_sync_master else PUT_OK
         self.max_size = config.max_message_size
         self.fallback_host = config.store_host_tuple
         self.pool = (SharedPool(cb, config.transient_store_pool_size, config.mapped_file_size_commitlog)
@@ -226,7 +231,7 @@ class Appender(ServiceLoop):
                 self.waiters.park(Parked(end, deadline, identity, fields, received))
                 parked = True
             else:
-                self._reply_put(identity, fields, PUT_OK, received)
+                self._reply_put(identity, fields, self.acked if wait else PUT_OK, received)
         if parked:
             self._push(self.flush_push, {"op": "flush", "upto": self.wrote})
 
@@ -260,7 +265,7 @@ class Appender(ServiceLoop):
             return
         self.flushed = max(self.flushed, self.cb.get(Word.FLUSHED))
         for p in self.waiters.release(self.flushed):
-            self._reply_put(p.identity, p.fields, PUT_OK, p.received)
+            self._reply_put(p.identity, p.fields, self.acked, p.received)
         late = self.waiters.take_all() if self.cb.get(Word.FLUSH_FAILED) else \
             self.waiters.expire(time.monotonic())
         for p in late:

@@ -244,6 +244,24 @@ def test_a_record_larger_than_a_segment_says_why_it_is_refused(config):
         c.close()
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_sync_master_without_a_slave_stores_and_answers_slave_not_available(config, flush):
+    # Regression: broker_role SYNC_MASTER answered PUT_OK with no replica anywhere. RocketMQ's
+    # SYNC_MASTER with no slave connected stores the message and answers SLAVE_NOT_AVAILABLE
+    # (unless the put does not wait for the store's answer: WAIT false).
+    cfg = config(broker_role="SYNC_MASTER", flush_disk_type=flush)
+    with ServiceHarness(cfg, WRITE) as h:
+        c = RawClient(h.endpoint("appender"))
+        r, _ = c.call("put", [b"one"], topic="M", queue_id=0)
+        assert r["status"] == "SLAVE_NOT_AVAILABLE" and r["queue_offset"] == 0 and r["msg_id"], r
+        r, _ = c.call("put_batch", [b"twothree"], topic="M", queue_id=0, sizes=[3, 5])
+        assert r["status"] == "SLAVE_NOT_AVAILABLE" and r["queue_offset"] == 1 and len(r["msg_ids"]) == 2
+        r, _ = c.call("put", [b"four"], topic="M", queue_id=0, wait=False)
+        assert r["status"] == "PUT_OK" and r["queue_offset"] == 3, r
+        c.close()
+    assert [bytes(m.body) for m in read_back(cfg, "M", 0)] == [b"one", b"two", b"three", b"four"]
+
+
 def test_topics_auto_created_and_created(config):
     cfg = config(default_topic_queue_nums=3)
     with ServiceHarness(cfg, WRITE) as h:

@@ -183,6 +183,18 @@ def test_segments_smaller_than_the_largest_message_are_warned_about(caplog):
     assert "mapped_file_size_commitlog" not in caplog.text
 
 
+@pytest.mark.parametrize("settings", [{"broker_role": "SYNC_MASTER"}, {"in_sync_replicas": 2},
+                                      {"ha_master_address": "10.0.0.1:10912"}, {"broker_role": "SLAVE"}])
+def test_replication_settings_are_warned_about(settings, caplog):
+    # Regression: SYNC_MASTER with in_sync_replicas = 2 started without a word and answered
+    # PUT_OK with no replica anywhere.
+    StoreConfig(**settings)
+    assert "mqstore has no replication yet" in caplog.text
+    caplog.clear()
+    StoreConfig()
+    assert "replication" not in caplog.text
+
+
 def test_a_correction_is_warned_once_however_often_the_config_is_rebuilt(caplog):
     # Regression: start built the configuration twice (the file, then --port) and printed the
     # transient pool warning twice.
