@@ -235,7 +235,8 @@ def render(st: dict) -> str:
             rows.append([name, str(pos[name]),
                          "" if lag is None else f"{lags.get(lag, 0)} B behind"])
     lines += _table(rows) + [""]
-    lines.append("flags: " + (", ".join(st.get("flags", [])) or "none"))
+    lines.append("flags: " + (", ".join(st.get("flags", [])) or "none")
+                 + (f"; puts {st['puts']}" if st.get("puts") else ""))
     disk = st.get("disk")
     if disk:
         lines.append(f"disk: store {human_bytes(disk['store_bytes'])} (commitlog "

@@ -67,7 +67,8 @@ class FrontDoor:
         pos = status_report.positions(cb)
         info = {"services": [svc.describe() for svc in sup.services.values()],
                 "positions": pos, "lags": status_report.lags(pos),
-                "flags": status_report.flags(cb), "disk": status_report.disk_usage(sup.config),
+                "flags": (names := status_report.flags(cb)), "puts": status_report.puts(names),
+                "disk": status_report.disk_usage(sup.config),
                 "errors": list(sup.errors),
                 "supervisor": {"pid": os.getpid(), "phase": sup.phase,
                                "uptime_s": round(time.monotonic() - sup.started, 3),

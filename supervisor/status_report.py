@@ -44,6 +44,15 @@ def flags(cb: ControlBlock) -> list[str]:
     return [name for name, word in FLAG_WORDS.items() if cb.get(word)]
 
 
+def puts(flag_names) -> str:
+    """Whether the appender takes puts, from the flags (its refusal rule, SERVICES.md): the
+    WRITABLE word alone does not say it (a slave keeps it set and refuses every put)."""
+    why = [name for name in ("slave", "disk_full", "flush_failed", "draining") if name in flag_names]
+    if "writable" not in flag_names:
+        why.insert(0, "not writable")
+    return "refused (" + ", ".join(why) + ")" if why else "accepted"
+
+
 def lags(pos: dict) -> dict:
     return {name: max(0, pos[a] - pos[b]) for name, (a, b) in LAGS.items()}
 

@@ -52,7 +52,7 @@ def test_front_door_and_clean_stop(store):
         assert svc["pid"] > 0 and svc["uptime_s"] >= 0
         assert {"rss", "cpu"} <= set(svc)
     assert {"wrote", "committed", "flushed", "dispatched", "confirm", "min"} <= set(st["positions"])
-    assert "writable" in st["flags"]
+    assert "writable" in st["flags"] and st["puts"] == "accepted"
     assert st["supervisor"]["recovery"] == "normal"
 
     put_some(s, "Orders", 30)
@@ -293,3 +293,13 @@ def test_a_closed_stdout_and_stderr_do_not_stop_the_store(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_slave_says_that_it_refuses_puts(store):
+    # Regression: a SLAVE store showed "flags: writable, slave" while it refused every put.
+    s = store(broker_role="SLAVE").start()
+    assert s.put("T", b"x")["status"] == "SERVICE_NOT_AVAILABLE"
+    assert s.status()["puts"] == "refused (slave)"
+    shown = cli("status", "--store", s.root)
+    assert "puts refused (slave)" in shown.stdout, shown.stdout
+    assert s.stop() == 0
