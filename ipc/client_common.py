@@ -1,11 +1,15 @@
 """What the client classes share: finding a store's front door (an address, or the
 `run/address` file the supervisor writes into the store directory), the futures of requests,
-and the exceptions of the client library. Statuses of puts and pulls are not exceptions
-(STYLE.md); these are for error replies (`MQError`) and for connections that went away
-(`ConnectionClosed`)."""
+the checks of the arguments they share (timeouts, counts and offsets), and the exceptions of
+the client library. Statuses of puts and pulls are not exceptions (STYLE.md); these are for
+error replies (`MQError`), for connections that went away (`ConnectionClosed`), and for
+arguments no request could carry (TypeError or ValueError naming the argument, raised before
+anything is sent)."""
 from __future__ import annotations
 
 import concurrent.futures
+import math
+import numbers
 import os
 
 from ipc.protocol import ERROR, ErrorCode
@@ -34,6 +38,49 @@ class ConnectionClosed(ConnectionError):
 
 class PeerUnreachable(TimeoutError):
     """A request's peer stayed unreachable until the request's deadline: nothing was sent."""
+
+
+def _number(value, name: str, what: str):
+    """`value` as an int or float, or TypeError saying what `name` must be (bool is no number)."""
+    cls = value.__class__
+    if cls is int or cls is float:
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}, not {type(value).__name__}")
+    return float(value)
+
+
+def check_timeout(value, name: str = "timeout") -> float:
+    """`value` if it is a finite number of seconds above 0; else TypeError (no number) or
+    ValueError. A request with no time to wait for its reply would still go out (and a send be
+    tried again, each attempt stored), so such a timeout is refused before anything is sent."""
+    what = "a number of seconds above 0"
+    value = _number(value, name, what)
+    if not 0 < value < math.inf:                   # NaN fails too
+        raise ValueError(f"{name} must be {what}, not {value!r}")
+    return value
+
+
+def check_wait_ms(value, name: str = "timeout_ms") -> float:
+    """`value` if it is a finite number of milliseconds >= 0 (0: do not wait); else TypeError
+    or ValueError naming `name`."""
+    what = "a number of milliseconds >= 0"
+    value = _number(value, name, what)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be {what}, not {value!r}")
+    return value
+
+
+def check_int(value, name: str, minimum: int = 0) -> int:
+    """`value` as an int if it is an integer >= `minimum` (an int, or a type with `__index__`
+    such as numpy's, but no bool, float or str); else TypeError or ValueError naming `name`."""
+    if value.__class__ is not int:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise TypeError(f"{name} must be an int >= {minimum}, not {type(value).__name__}")
+        value = value.__index__()
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, not {value}")
+    return value
 
 
 def normalize_address(address: str) -> str:

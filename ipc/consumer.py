@@ -32,6 +32,14 @@ codes can collide). Offsets are committed every `auto_commit_interval_ms` by `po
 of messages returned by earlier polls), by `commit()`, and at `close()`. Queues are assigned
 explicitly (`queues=`) or all of the topic's; there is no rebalancing between the members of a
 group. A Consumer is meant for one thread.
+
+Arguments are checked before anything is sent (TypeError for a wrong type, ValueError for a
+wrong value, naming the argument): `timeout` is a finite number of seconds above 0,
+`tag_filter` a str or None, `poll`'s `timeout_ms` a number of milliseconds >= 0 and its
+`max_records` an int >= 1 or None, offsets of seeks ints >= 0 and timestamps numbers >= 0. Once closed
+(or once a connection it shares is closed), `poll`, the seeks, `commit` and iteration raise
+ConnectionClosed (a close inside a `for` loop over the consumer ends that loop instead);
+`close` may be called again.
 """
 from __future__ import annotations
 
@@ -39,7 +47,8 @@ import logging
 import time
 
 from core.subscription import subscription_tags
-from ipc.connection import Connection, MQError, raise_for_error
+from ipc.client_common import check_int, check_timeout, check_wait_ms
+from ipc.connection import Connection, ConnectionClosed, MQError, raise_for_error
 from ipc.protocol import ERROR, ErrorCode
 from ipc.pulls import RETRY_S, PullPipeline, QueueCursor
 
@@ -64,6 +73,10 @@ class Consumer:
             raise ValueError(f"start must be 'earliest' or 'latest', not {start!r}")
         if not 1 <= max_msgs <= 1024:
             raise ValueError("max_msgs must be within 1..1024")
+        if tag_filter is not None and not isinstance(tag_filter, str):
+            raise TypeError(f"tag_filter must be a str (such as 'TagA || TagB') or None, "
+                            f"not {type(tag_filter).__name__}")
+        timeout = check_timeout(timeout)
         self.group = group
         self.topic = topic
         self.start = start
@@ -149,7 +162,12 @@ class Consumer:
 
     # -- polling -------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list:
-        """Messages that arrived, waiting up to `timeout_ms` for the first; [] at timeout."""
+        """Messages that arrived, waiting up to `timeout_ms` (>= 0; 0: only what is here
+        already) for the first; [] at timeout. At most `max_records` (>= 1; None: no limit)."""
+        self._check_open()
+        timeout_ms = check_wait_ms(timeout_ms)
+        if max_records is not None:
+            max_records = check_int(max_records, "max_records", 1)
         deadline = time.monotonic() + timeout_ms / 1000.0
         pulls = self._pulls
         while not self._closed:
@@ -180,15 +198,27 @@ class Consumer:
     def _report(self, text: str) -> None:
         self.last_error = text
 
+    def _check_open(self) -> None:
+        if self._closed or self._conn.closed:
+            raise ConnectionClosed("connection closed")
+
     def __iter__(self):
         """Every message, long polling forever. A message counts as handed out when the loop
         gets it: stopping the loop (`break`) gives the rest of the poll back, so that the
-        position, and what a commit stores, stays right after the last message the loop got."""
+        position, and what a commit stores, stays right after the last message the loop got.
+        Iterating a closed consumer raises ConnectionClosed; closing it inside the loop ends
+        the loop there (no message after the close)."""
+        self._check_open()
+        return self._messages()
+
+    def _messages(self):
         while not self._closed:
             batch = self.poll(self.long_poll_ms)
             handed = 0
             try:
                 for m in batch:
+                    if self._closed:               # closed by the loop's body: stop here
+                        return
                     handed += 1
                     yield m
             finally:
@@ -226,6 +256,10 @@ class Consumer:
 
     def commit(self) -> dict:
         """Store every queue's position for the group now and wait; queue id -> offset."""
+        self._check_open()
+        return self._commit_now()
+
+    def _commit_now(self) -> dict:
         for st, pos, fut in self._commit_requests():
             raise_for_error(fut.result()[0], "commit_offset")
             st.committed = pos
@@ -233,23 +267,31 @@ class Consumer:
 
     def seek(self, queue_id: int, offset: int) -> None:
         """Continue queue `queue_id` at `offset` (buffered messages of that queue are dropped).
-        A negative offset is refused (ValueError): no queue has one."""
+        `offset` is an int; a negative one is refused (ValueError): no queue has one."""
+        self._check_open()
         st = self._states.get(queue_id)
         if st is None:
             raise ValueError(f"queue {queue_id} of {self.topic!r} is not assigned to this consumer")
-        offset = int(offset)
-        if offset < 0:
+        try:
+            offset = check_int(offset, "offset")
+        except ValueError:
             raise ValueError(f"cannot seek queue {queue_id} of {self.topic!r} to offset {offset}: "
-                             f"offsets are >= 0")
+                             f"offsets are >= 0") from None
         self._pulls.drop(st)
         st.next_offset = st.position = offset
         st.caught_up = False
         st.retry_at = 0.0
 
     def seek_to_timestamp(self, timestamp_ms: int) -> dict:
-        """Every queue to its first message stored at or after `timestamp_ms`; queue id -> offset."""
+        """Every queue to its first message stored at or after `timestamp_ms` (milliseconds since
+        the epoch, >= 0; a float such as time.time() * 1000 is taken as its int part); queue id
+        -> offset."""
+        self._check_open()
+        if timestamp_ms.__class__ is float and timestamp_ms == timestamp_ms != float("inf"):
+            timestamp_ms = int(timestamp_ms)           # time.time() * 1000, as callers write it
+        timestamp_ms = check_int(timestamp_ms, "timestamp_ms")
         futs = [(st, self._conn.request("reader", "offset_by_time", {
-            "topic": self.topic, "queue_id": st.queue_id, "timestamp": int(timestamp_ms)}))
+            "topic": self.topic, "queue_id": st.queue_id, "timestamp": timestamp_ms}))
             for st in self._order]
         for st, fut in futs:
             self.seek(st.queue_id, raise_for_error(fut.result()[0], "offset_by_time")["offset"])
@@ -262,6 +304,7 @@ class Consumer:
         return self._seek_bounds("max_offset")
 
     def _seek_bounds(self, key: str) -> dict:
+        self._check_open()
         env = self._conn.call("reader", "queue_offsets", topic=self.topic)
         bounds = {e["queue_id"]: e[key] for e in env.get("queues", ())}
         for st in self._order:
@@ -277,7 +320,7 @@ class Consumer:
         try:
             if self.auto_commit and self._order and not self._conn.closed:
                 self._pulls.process()
-                self.commit()
+                self._commit_now()
         except Exception as e:
             log.warning("final commit of %s/%s failed: %s", self.group, self.topic, e)
         finally:

@@ -28,6 +28,13 @@ stopped store fails after one timeout and one hello (PeerUnreachable, a TimeoutE
 whose reply was lost (the store died after storing it, or answered too late) may be stored
 and then sent again, so delivery is at least once: consumers that must not see a message
 twice deduplicate by UNIQ_KEY, as with RocketMQ.
+
+Arguments are checked before anything is sent (or a topic created for a sharding key): a
+timeout must be a finite number of seconds above 0 (one that left no time for a reply made
+every attempt time out after it had gone out, and be stored); tags a str, keys a str or an
+iterable of str, properties a dict of str names (values are sent as `str(value)`), queue_id
+an int >= 0, each or None. A wrong type raises TypeError and a wrong value ValueError, naming
+the argument. A batch of bodies is checked once per call, not per message.
 """
 from __future__ import annotations
 
@@ -37,11 +44,13 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 
 from core.hashing import java_hash
 from core.message import Message
 from core.status import PutMessageStatus
 from core.topics import send_topic_problem
+from ipc.client_common import check_int, check_timeout
 from ipc.connection import Connection, MQError, PeerUnreachable
 from ipc.protocol import ErrorCode
 from ipc.send_result import SendResult, parse_send_reply
@@ -195,6 +204,40 @@ def _check_send_topic(topic) -> None:
         raise ValueError(problem)
 
 
+def _check_tags(tags) -> None:
+    if tags is not None and not isinstance(tags, str):
+        raise TypeError(f"tags must be a str or None, not {type(tags).__name__}")
+
+
+def _keys_field(keys):
+    """`keys` as a request carries them: a str as given, an iterable of str as a list."""
+    if isinstance(keys, str):
+        return keys
+    what = "keys must be a str, an iterable of str or None"
+    if isinstance(keys, (bytes, bytearray, memoryview)) or not hasattr(type(keys), "__iter__"):
+        raise TypeError(f"{what}, not {type(keys).__name__}")
+    out = list(keys)
+    for k in out:
+        if not isinstance(k, str):
+            raise TypeError(f"{what}, not a {type(keys).__name__} holding {type(k).__name__}")
+    return out
+
+
+def _properties_field(properties) -> dict:
+    """`properties` as a request carries them: names str, values `str(value)`."""
+    if properties is None:
+        return {}
+    if properties.__class__ is not dict and not isinstance(properties, Mapping):
+        raise TypeError(f"properties must be a dict of str names to values, or None, "
+                        f"not {type(properties).__name__}")
+    props = {k: v if v.__class__ is str else str(v) for k, v in properties.items()}
+    for k in props:
+        if k.__class__ is not str and not isinstance(k, str):
+            raise TypeError(f"properties must be a dict of str names to values, not one with "
+                            f"a {type(k).__name__} name ({k!r})")
+    return props
+
+
 def _as_body(body) -> bytes:
     if isinstance(body, bytes):
         return body
@@ -208,20 +251,22 @@ def _as_body(body) -> bytes:
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
     """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body or a topic
-    no client may send to (core.topics.send_topic_problem)."""
+    no client may send to (core.topics.send_topic_problem); TypeError or ValueError for tags,
+    keys, properties or queue_id of the wrong type or value (module docstring)."""
     _check_send_topic(topic)
-    props = {str(k): str(v) for k, v in properties.items()} if properties else {}
+    _check_tags(tags)
+    props = _properties_field(properties)
     uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
     props[UNIQ_KEY] = uniq
     fields = {"topic": topic, "properties": props, "coalesce": True}   # combined replies welcome
     if queue_id is not None:
-        fields["queue_id"] = queue_id
+        fields["queue_id"] = check_int(queue_id, "queue_id")
     if flag:
         fields["flag"] = flag
     if tags is not None:
         fields["tags"] = tags
     if keys is not None:
-        fields["keys"] = keys if isinstance(keys, str) else [str(k) for k in keys]
+        fields["keys"] = _keys_field(keys)
     if not wait:
         fields["wait"] = False
     frame = _as_body(body)
@@ -231,13 +276,14 @@ def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id
 
 
 def _message_meta(m: Message, uniq: str) -> dict:
-    props = {str(k): str(v) for k, v in m.properties.items()} if m.properties else {}
+    props = _properties_field(m.properties)
     props.setdefault(UNIQ_KEY, uniq)
     meta = {"properties": props}
     if m.tags is not None:
+        _check_tags(m.tags)
         meta["tags"] = m.tags
     if m.keys:
-        meta["keys"] = m.keys if isinstance(m.keys, str) else [str(k) for k in m.keys]
+        meta["keys"] = _keys_field(m.keys)
     if m.flag:
         meta["flag"] = m.flag
     if m.born_timestamp:
@@ -251,10 +297,13 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     where the list belongs raises TypeError (a str would be sent one message per character); a
     Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of
     mixed topics (an empty topic stands for the batch's); so do an empty body and a topic no
-    client may send to."""
+    client may send to. Arguments of the wrong type or value raise as `encode_put` says, the
+    fields of a Message with its place in the batch."""
     if isinstance(items, (str, bytes, bytearray, memoryview)):
         raise TypeError("a batch is a list of bodies or Messages, not one body")
     _check_send_topic(topic)
+    if queue_id is not None:
+        queue_id = check_int(queue_id, "queue_id")
     n = len(items)
     if n == 0:
         raise ValueError("a batch needs at least one message")
@@ -263,13 +312,16 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         frame = b"".join(items)                       # the fast path: all bodies are bytes
     except TypeError:
         bodies, metas = [], []
-        for item, k in zip(items, keys):
+        for i, (item, k) in enumerate(zip(items, keys)):
             if isinstance(item, Message):
                 if item.topic and item.topic != topic:
                     raise ValueError(f"a batch is of one topic: a message of topic {item.topic!r} "
                                      f"in a batch sent to {topic!r}")
                 bodies.append(_as_body(item.body))
-                meta = _message_meta(item, k)
+                try:
+                    meta = _message_meta(item, k)
+                except TypeError as e:
+                    raise TypeError(f"message {i} of the batch: {e}") from None
                 metas.append(meta)
             else:
                 bodies.append(_as_body(item))
@@ -293,6 +345,10 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     return fields, [frame], keys
 
 
+def _send_timeout(timeout):
+    return None if timeout is None else check_timeout(timeout)
+
+
 class Producer:
     """Sends messages to a running store. `address` is the front door (`tcp://host:port`);
     or pass `store=DIR` to read `DIR/run/address`. Thread-safe."""
@@ -300,6 +356,7 @@ class Producer:
     def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
                  window: int = 256, retries: int = 2, default_topic_queues: int | None = None,
                  connection: Connection | None = None):
+        timeout = check_timeout(timeout)
         self._conn = connection or Connection(address, store=store, timeout=timeout, window=window)
         self._own = connection is None
         self.retries = retries
@@ -358,16 +415,18 @@ class Producer:
         """Send one message; a Future of its SendResult. Many may be in flight; with `window`
         requests in flight this waits for a reply first, and while the store's appender is
         unreachable it waits for it (TimeoutError after `timeout`, the message not sent)."""
-        qid = self.select_queue(topic, queue_id, sharding_key)
-        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, qid, flag, wait)
+        timeout = _send_timeout(timeout)
+        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
+        self._route(fields, topic, queue_id, sharding_key)
         return self._conn.request("appender", "put", fields, frames, timeout,
                                   lambda env, _f: parse_send_reply(env, topic, [uniq]))
 
     def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
              sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None) -> SendResult:
         """Send one message and wait for its SendResult."""
-        qid = self.select_queue(topic, queue_id, sharding_key)
-        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, qid, flag, wait)
+        timeout = _send_timeout(timeout)
+        fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
+        self._route(fields, topic, queue_id, sharding_key)
         return self._send_with_retries("put", fields, frames, timeout,
                                        lambda env, _f: parse_send_reply(env, topic, [uniq]))
 
@@ -375,18 +434,28 @@ class Producer:
                          wait: bool = True, timeout: float | None = None):
         """Send messages of one topic to one queue as one unit; a Future of the SendResult
         (waits for room in the window as `send_async` does)."""
-        qid = self.select_queue(topic, queue_id, sharding_key)
-        fields, frames, uniq = encode_batch(topic, bodies_or_messages, qid, wait)
+        timeout = _send_timeout(timeout)
+        fields, frames, uniq = encode_batch(topic, bodies_or_messages, queue_id, wait)
+        self._route(fields, topic, queue_id, sharding_key)
         return self._conn.request("appender", "put_batch", fields, frames, timeout,
                                   lambda env, _f: parse_send_reply(env, topic, uniq))
 
     def send_batch(self, topic: str, bodies_or_messages, queue_id=None, *, sharding_key=None,
                    wait: bool = True, timeout: float | None = None) -> SendResult:
         """Send messages of one topic to one queue as one unit (all stored or none)."""
-        qid = self.select_queue(topic, queue_id, sharding_key)
-        fields, frames, uniq = encode_batch(topic, bodies_or_messages, qid, wait)
+        timeout = _send_timeout(timeout)
+        fields, frames, uniq = encode_batch(topic, bodies_or_messages, queue_id, wait)
+        self._route(fields, topic, queue_id, sharding_key)
         return self._send_with_retries("put_batch", fields, frames, timeout,
                                        lambda env, _f: parse_send_reply(env, topic, uniq))
+
+    def _route(self, fields: dict, topic: str, queue_id, sharding_key) -> None:
+        """Put the selected queue into a request's fields (encoded and checked first, so that
+        nothing is asked of the store, a topic created, for arguments that are refused)."""
+        if queue_id is None:
+            qid = self.select_queue(topic, None, sharding_key)
+            if qid is not None:
+                fields["queue_id"] = qid
 
     def _send_with_retries(self, op, fields, frames, timeout, transform) -> SendResult:
         attempt = 0
