@@ -44,14 +44,14 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping
 
 from core.hashing import java_hash
 from core.message import Message
 from core.status import PutMessageStatus
-from core.topics import send_topic_problem
 from ipc.client_common import check_int, check_timeout
 from ipc.connection import Connection, MQError, PeerUnreachable
+from ipc.put_fields import (EMPTY_BODY, as_body, check_send_topic, check_tags, keys_field,
+                            properties_field)
 from ipc.protocol import ErrorCode
 from ipc.send_result import SendResult, parse_send_reply
 
@@ -195,67 +195,14 @@ class QueueSelector:
         return c % count
 
 
-EMPTY_BODY = "a message body cannot be empty (RocketMQ's client refuses it too)"
-
-
-def _check_send_topic(topic) -> None:
-    problem = send_topic_problem(topic) if topic.__class__ is str else None
-    if problem:
-        raise ValueError(problem)
-
-
-def _check_tags(tags) -> None:
-    if tags is not None and not isinstance(tags, str):
-        raise TypeError(f"tags must be a str or None, not {type(tags).__name__}")
-
-
-def _keys_field(keys):
-    """`keys` as a request carries them: a str as given, an iterable of str as a list."""
-    if isinstance(keys, str):
-        return keys
-    what = "keys must be a str, an iterable of str or None"
-    if isinstance(keys, (bytes, bytearray, memoryview)) or not hasattr(type(keys), "__iter__"):
-        raise TypeError(f"{what}, not {type(keys).__name__}")
-    out = list(keys)
-    for k in out:
-        if not isinstance(k, str):
-            raise TypeError(f"{what}, not a {type(keys).__name__} holding {type(k).__name__}")
-    return out
-
-
-def _properties_field(properties) -> dict:
-    """`properties` as a request carries them: names str, values `str(value)`."""
-    if properties is None:
-        return {}
-    if properties.__class__ is not dict and not isinstance(properties, Mapping):
-        raise TypeError(f"properties must be a dict of str names to values, or None, "
-                        f"not {type(properties).__name__}")
-    props = {k: v if v.__class__ is str else str(v) for k, v in properties.items()}
-    for k in props:
-        if k.__class__ is not str and not isinstance(k, str):
-            raise TypeError(f"properties must be a dict of str names to values, not one with "
-                            f"a {type(k).__name__} name ({k!r})")
-    return props
-
-
-def _as_body(body) -> bytes:
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, (bytearray, memoryview)):
-        return bytes(body)            # freeze a mutable body: a retry resends the same frame
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    raise TypeError(f"a message body must be bytes or str, not {type(body).__name__}")
-
-
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
     """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body or a topic
     no client may send to (core.topics.send_topic_problem); TypeError or ValueError for tags,
     keys, properties or queue_id of the wrong type or value (module docstring)."""
-    _check_send_topic(topic)
-    _check_tags(tags)
-    props = _properties_field(properties)
+    check_send_topic(topic)
+    check_tags(tags)
+    props = properties_field(properties)
     uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
     props[UNIQ_KEY] = uniq
     fields = {"topic": topic, "properties": props, "coalesce": True}   # combined replies welcome
@@ -266,24 +213,24 @@ def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id
     if tags is not None:
         fields["tags"] = tags
     if keys is not None:
-        fields["keys"] = _keys_field(keys)
+        fields["keys"] = keys_field(keys)
     if not wait:
         fields["wait"] = False
-    frame = _as_body(body)
+    frame = as_body(body)
     if not frame:
         raise ValueError(EMPTY_BODY)
     return fields, [frame], uniq
 
 
 def _message_meta(m: Message, uniq: str) -> dict:
-    props = _properties_field(m.properties)
+    props = properties_field(m.properties)
     props.setdefault(UNIQ_KEY, uniq)
     meta = {"properties": props}
     if m.tags is not None:
-        _check_tags(m.tags)
+        check_tags(m.tags)
         meta["tags"] = m.tags
     if m.keys:
-        meta["keys"] = _keys_field(m.keys)
+        meta["keys"] = keys_field(m.keys)
     if m.flag:
         meta["flag"] = m.flag
     if m.born_timestamp:
@@ -301,7 +248,7 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     fields of a Message with its place in the batch."""
     if isinstance(items, (str, bytes, bytearray, memoryview)):
         raise TypeError("a batch is a list of bodies or Messages, not one body")
-    _check_send_topic(topic)
+    check_send_topic(topic)
     if queue_id is not None:
         queue_id = check_int(queue_id, "queue_id")
     n = len(items)
@@ -317,14 +264,14 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
                 if item.topic and item.topic != topic:
                     raise ValueError(f"a batch is of one topic: a message of topic {item.topic!r} "
                                      f"in a batch sent to {topic!r}")
-                bodies.append(_as_body(item.body))
+                bodies.append(as_body(item.body))
                 try:
                     meta = _message_meta(item, k)
                 except TypeError as e:
                     raise TypeError(f"message {i} of the batch: {e}") from None
                 metas.append(meta)
             else:
-                bodies.append(_as_body(item))
+                bodies.append(as_body(item))
                 metas.append({"properties": {UNIQ_KEY: k}})
         keys = [m["properties"][UNIQ_KEY] for m in metas]
         fields = {"topic": topic, "sizes": [len(b) for b in bodies], "messages": metas}
