@@ -4,17 +4,22 @@ Prints the report grouped by kind of problem (or, with `--json`, the report as o
 on stdout), with a progress bar on stderr for the scans. Exit 0 only when the store is clean,
 1 when problems were found, 2 for a usage error (no store at --store, a bad --config, or --fix
 while a store runs on the directory). `--fix` is `check(fix=True)`: the store's own recovery,
-then, if consume queues or index are still wrong, a rebuild of both from the CommitLog.
+then, if consume queues or index are still wrong, a rebuild of both from the CommitLog. When
+that cut records from the log (a damaged record with records behind it), a warning on stderr
+says how many, since the exit status is then 0 (the store is clean again).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from supervisor.cli import (
     EXIT_CODES_HELP, EXIT_OK, EXIT_PROBLEMS, UsageError, add_store_options, store_config,
 )
 from supervisor.progress import ProgressBar
+
+CUT_PREFIX = "recovery cut the log at"       # core.fsck's action when --fix dropped records
 
 DESCRIPTION = """\
 Verify a store's files without changing them (read-only; the store lock is not taken, so it also
@@ -55,4 +60,8 @@ def run(args) -> int:
     finally:
         bar.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format_text())
+    for action in report.actions:           # "clean" afterwards: say plainly what was lost
+        if action.startswith(CUT_PREFIX):
+            print(f"mqstore check: warning: {action}; those messages are gone from the store",
+                  file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
