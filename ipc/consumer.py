@@ -36,14 +36,15 @@ group. A Consumer is meant for one thread.
 Arguments are checked before anything is sent (TypeError for a wrong type, ValueError for a
 wrong value, naming the argument): `timeout` is a finite number of seconds above 0,
 `tag_filter` a str or None, `poll`'s `timeout_ms` a number of milliseconds >= 0 and its
-`max_records` an int >= 1 or None, offsets of seeks ints >= 0 and timestamps numbers >= 0. Once closed
-(or once a connection it shares is closed), `poll`, the seeks, `commit` and iteration raise
-ConnectionClosed (a close inside a `for` loop over the consumer ends that loop instead);
+`max_records` an int >= 1 or None, offsets of seeks ints >= 0 and timestamps numbers >= 0.
+Once closed (or once a connection it shares is closed), `poll`, the seeks, `commit` and
+iteration raise ConnectionClosed (a close inside a `for` loop over the consumer ends that loop instead);
 `close` may be called again.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from core.subscription import subscription_tags
@@ -287,7 +288,7 @@ class Consumer:
         the epoch, >= 0; a float such as time.time() * 1000 is taken as its int part); queue id
         -> offset."""
         self._check_open()
-        if timestamp_ms.__class__ is float and timestamp_ms == timestamp_ms != float("inf"):
+        if timestamp_ms.__class__ is float and math.isfinite(timestamp_ms):
             timestamp_ms = int(timestamp_ms)           # time.time() * 1000, as callers write it
         timestamp_ms = check_int(timestamp_ms, "timestamp_ms")
         futs = [(st, self._conn.request("reader", "offset_by_time", {

@@ -208,6 +208,9 @@ def test_seek_arguments(peer):
         assert c.positions() == {0: 0}
         assert c.seek_to_timestamp(123) == {0: 1}
         assert c.seek_to_timestamp(123.9) == {0: 1}          # time.time() * 1000 is a float
+        for bad in (float("-inf"), float("inf"), float("nan")):
+            with pytest.raises(TypeError, match="timestamp_ms must be an int >= 0, not float"):
+                c.seek_to_timestamp(bad)
         c.seek(0, 2)
         assert c.positions() == {0: 2}
 
