@@ -17,8 +17,8 @@ old table or the new one, never a torn one.
 
 Names follow RocketMQ's rule: 1..127 UTF-8 bytes of `[%|a-zA-Z0-9_-]`. Queue counts are
 1..1024. RocketMQ's system topics (its TopicValidator's) cannot be created by `create_topic`,
-and the clients refuse to send to those no client may send to (the delay topic, whose name
-really ends in four X's, and the transaction topics); a `put` on the wire is taken, as
+and the clients refuse to send to those no client may send to (the delay topic,
+`core.codec.SCHEDULE_TOPIC`, and the transaction topics); a `put` on the wire is taken, as
 RocketMQ's store takes it from the broker's own services.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import re
 import time
 
+from core.codec import SCHEDULE_TOPIC
 from core.fileops import REAL_FILE_OPS, FileOps
 
 FILE_NAME = "topics.json"
@@ -39,7 +40,7 @@ _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 # RocketMQ's TopicValidator: topics no client sends to, and every system topic (the former,
 # the auto-create template TBW102, trace, self-test, offset-moved, benchmark; any rmq_sys_*).
-NOT_ALLOWED_SEND_TOPICS = frozenset(("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+NOT_ALLOWED_SEND_TOPICS = frozenset((SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC",
                                      "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"))
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {"TBW102", "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC",
                                            "OFFSET_MOVED_EVENT", "BenchmarkTest"}

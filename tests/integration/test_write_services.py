@@ -17,6 +17,7 @@ import zmq
 
 from core import MessageStore, fsck
 from core.checkpoint import StoreCheckpoint
+from core.codec import SCHEDULE_TOPIC
 from core.fileops import REAL_FILE_OPS
 from core.status import GetMessageStatus
 from core.topics import TopicTable
@@ -197,7 +198,7 @@ def test_malformed_requests_get_errors_and_the_appender_keeps_serving(config):
             (("create_topic", []), {"topic": "N", "queues": 0}, ErrorCode.BAD_FIELD),
             (("create_topic", []), {"topic": "a/b", "queues": 2}, ErrorCode.BAD_TOPIC),
             (("create_topic", []), {"topic": "TBW102", "queues": 2}, ErrorCode.BAD_TOPIC),
-            (("create_topic", []), {"topic": "SCHEDULE_TOPIC_XXXX"}, ErrorCode.BAD_TOPIC),
+            (("create_topic", []), {"topic": SCHEDULE_TOPIC}, ErrorCode.BAD_TOPIC),
             (("topic_info", []), {"topic": "Unknown"}, ErrorCode.NOT_FOUND),
         ]
         for (op, frames), fields, code in cases:

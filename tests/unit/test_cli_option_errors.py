@@ -3,6 +3,7 @@ values out of range, are usage errors (exit 2, one line), found before the store
 so is a missing store directory for `status` and `stop`, as for `check` and `recover`."""
 import pytest
 
+from core.codec import SCHEDULE_TOPIC
 from supervisor.cli import main
 
 
@@ -22,7 +23,7 @@ from supervisor.cli import main
     (["produce", "--topic", "T", "--body", "x", "--property", "TAGS=zzz"], "TAGS is a system property"),
     (["produce", "--topic", "T", "--body", "x", "--property", "UNIQ_KEY=dup"], "UNIQ_KEY is a system"),
     (["produce", "--topic", "T", "--body", ""], "a message body cannot be empty"),
-    (["produce", "--topic", "SCHEDULE_TOPIC_XXXX", "--body", "x"], "clients may not send to it"),
+    (["produce", "--topic", SCHEDULE_TOPIC, "--body", "x"], "clients may not send to it"),
     (["produce", "--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--body", "x"], "clients may not send"),
     (["topics", "--create", "TBW102"], "--create TBW102: a system topic"),
     (["topics", "--create", "rmq_sys_mine"], "a system topic"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.codec import SCHEDULE_TOPIC
 from core.message import Message
 from core.status import PutMessageStatus
 from ipc.producer import UNIQ_KEY, encode_batch, encode_put
@@ -106,9 +107,9 @@ def test_an_empty_body_is_refused_as_rocketmqs_client_refuses_it():
 
 
 def test_the_store_s_own_topics_are_refused_as_rocketmqs_client_refuses_them():
-    # Regression: Producer.send("SCHEDULE_TOPIC_XXXX", ...) was stored (TopicValidator's
+    # Regression: Producer.send(SCHEDULE_TOPIC, ...) (the delay topic) was stored (TopicValidator's
     # isNotAllowedSendTopic); TBW102 may be sent to, as in RocketMQ.
-    for send in (lambda: encode_put("SCHEDULE_TOPIC_XXXX", b"x"),
+    for send in (lambda: encode_put(SCHEDULE_TOPIC, b"x"),
                  lambda: encode_batch("RMQ_SYS_TRANS_HALF_TOPIC", [b"a"])):
         with pytest.raises(ValueError, match="clients may not send to it"):
             send()
