@@ -90,6 +90,7 @@ class FsckReport:
     notes: list = field(default_factory=list)
     actions: list = field(default_factory=list)    # what fix=True did
     fixed: list = field(default_factory=list)      # problems found before a repair and gone after
+    dropped_records: int = 0                       # records a repair's recovery cut from the log
 
     @property
     def ok(self) -> bool:
@@ -103,7 +104,8 @@ class FsckReport:
     def to_dict(self) -> dict:
         return {"store": self.store_root, "ok": self.ok, "counts": self.counts, "stats": self.stats,
                 "problems": [asdict(p) for p in self.problems], "notes": self.notes,
-                "actions": self.actions, "fixed": [asdict(p) for p in self.fixed]}
+                "actions": self.actions, "fixed": [asdict(p) for p in self.fixed],
+                "dropped_records": self.dropped_records}
 
     def format_text(self, per_kind: int = 20) -> str:
         s = self.stats
@@ -265,6 +267,7 @@ def _repair(cfg, before: FsckReport, notes: list, progress) -> FsckReport:
         after = _check_once(cfg, notes, progress)
     dropped = before.stats["records"] - after.stats["records"]
     if dropped > 0:
+        after.dropped_records = dropped
         actions.append(f"recovery cut the log at {after.stats['log_end']}: {dropped} records "
                        f"({before.stats['log_end'] - after.stats['log_end']} bytes) after it were dropped")
     after.actions = actions

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from core.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, DispatchRequest, check_record, read_i32
+from core.codec import (
+    MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, DispatchRequest, check_record, read_i32,
+)
 from core.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,7 @@ def framed_after(queue, file_size: int, end: int) -> tuple[int, int]:
                 size, magic = read_i32(buf, pos), read_i32(buf, pos + 4)
                 if magic == MAGIC_BLANK:
                     break
-                if magic not in (MAGIC_V1, MAGIC_V2) or size <= 8 or pos + size > file_size:
+                if magic not in (MAGIC_V1, MAGIC_V2) or size < MIN_RECORD_SIZE or pos + size > file_size:
                     return records, last - end
                 records, pos = records + 1, pos + size
                 last = mf.file_from_offset + pos

@@ -335,13 +335,12 @@ class Appender(ServiceLoop):
         except OSError as e:                  # a new topic's topics.json: a full disk is a status
             log.error("cannot create topic %s: %s", req.topic, e)
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
+        if batch and req.body_bytes > self.max_size:        # a batch is one unit of at most this
+            return [pack({"rid": rid, "status": ILLEGAL, "reason": f"a batch is one unit: its "
+                          f"{req.body_bytes} bytes of bodies are over max_message_size {self.max_size}"})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
-            fields = {"rid": rid, "status": recs.value}
-            if batch and req.body_bytes > self.max_size:
-                fields["reason"] = (f"a batch is one unit: its {req.body_bytes} bytes of bodies are "
-                                    f"over max_message_size {self.max_size}")
-            return [pack(fields)]
+            return [pack({"rid": rid, "status": recs.value})]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             fields = {"rid": rid, "status": append_status_to_put(result.status).value}
@@ -397,8 +396,6 @@ class Appender(ServiceLoop):
         `encode_record` gives them), or the PutMessageStatus refusing it."""
         msgs = req.messages
         max_size, host = self.max_size, self.store_host
-        if batch and req.body_bytes > max_size:
-            return PutMessageStatus.MESSAGE_ILLEGAL          # a batch is one unit of at most this
         if req.bodies is not None:
             msgs[0].queue_id = qid
             return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block)

@@ -19,8 +19,6 @@ from supervisor.cli import (
 )
 from supervisor.progress import ProgressBar
 
-CUT_PREFIX = "recovery cut the log at"       # core.fsck's action when --fix dropped records
-
 DESCRIPTION = """\
 Verify a store's files without changing them (read-only; the store lock is not taken, so it also
 runs next to a running store, whose writes in flight may then show as problems):
@@ -60,8 +58,8 @@ def run(args) -> int:
     finally:
         bar.close()
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format_text())
-    for action in report.actions:           # "clean" afterwards: say plainly what was lost
-        if action.startswith(CUT_PREFIX):
-            print(f"mqstore check: warning: {action}; those messages are gone from the store",
-                  file=sys.stderr)
+    if report.dropped_records:              # "clean" afterwards: say plainly what was lost
+        print(f"mqstore check: warning: recovery cut the log at {report.stats['log_end']}: "
+              f"{report.dropped_records} records after it were dropped; those messages are gone "
+              "from the store", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_PROBLEMS

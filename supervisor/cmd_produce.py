@@ -94,8 +94,9 @@ def _check_options(args) -> None:
     if args.queue is not None:
         check_queue_range("--queue", [args.queue])
     check_name("--topic", args.topic)
-    if send_topic_problem(args.topic):
-        raise UsageError(f"--topic {args.topic}: {send_topic_problem(args.topic)}")
+    problem = send_topic_problem(args.topic)
+    if problem:
+        raise UsageError(f"--topic {args.topic}: {problem}")
     check_timeout(args.timeout)
 
 
