@@ -9,7 +9,7 @@ _EXPORTS = {
     "Consumer": "ipc.consumer",
     "Admin": "ipc.admin",
     "Connection": "ipc.connection", "MQError": "ipc.connection", "ConnectionClosed": "ipc.connection",
-    "PeerUnreachable": "ipc.connection",
+    "PeerUnreachable": "ipc.connection", "ConnectionLost": "ipc.connection",
     "ReceivedMessage": "ipc.received",
 }
 

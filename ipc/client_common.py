@@ -36,6 +36,12 @@ class ConnectionClosed(ConnectionError):
     """The connection was closed, or a socket was replaced, before the reply came."""
 
 
+class ConnectionLost(ConnectionError):
+    """The connection to a service broke while the request was in flight (the service died or
+    stopped): no reply will come. A put may or may not have been stored; a retry may store a
+    second copy, which consumers tell by its UNIQ_KEY."""
+
+
 class PeerUnreachable(TimeoutError):
     """A request's peer stayed unreachable until the request's deadline: nothing was sent."""
 

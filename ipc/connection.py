@@ -9,10 +9,16 @@ below their high-water mark. A request not answered within its timeout fails wit
 `TimeoutError`; the next request then says `hello` again (re-reading `<store>/run/address`
 when the connection was made from a store directory) and reopens every socket whose endpoint
 changed. A service restarted on the same endpoint needs nothing: ZeroMQ reconnects by itself.
-The appender socket queues requests only on a completed connection (ZMQ_IMMEDIATE): while the
-appender is unreachable a put waits for it, trying every UNREACHABLE_RETRY_S, up to its
-timeout (then TimeoutError, nothing sent), and puts queued on a connection that breaks are
-dropped, never delivered to the store after they failed.
+
+Broken connections. Each socket's monitor (ipc/link_watch.py) tells when its connection is up.
+A request goes out only on a completed connection: while the service is unreachable it waits
+for it, trying every UNREACHABLE_RETRY_S, up to its timeout (then PeerUnreachable, nothing
+sent). When a connection breaks (the service killed or stopped), the replies that came before
+it are read, the requests still in flight on it fail at once with ConnectionLost (a put may or
+may not have been stored) instead of waiting for their timeout, and the socket is replaced by a
+fresh one to the same endpoint, so that a request queued in the old one after the break is
+never delivered after it failed. (ZMQ_IMMEDIATE, used before, dropped the unread replies with
+the broken connection: puts that were stored and answered timed out.)
 
 Threading. Sockets are used only under `_sock_lock`, never while blocking. A thread that
 needs a reply becomes the *leader*: it polls the sockets' ZMQ_FD descriptors (no lock held),
@@ -32,8 +38,6 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
-import os
-import select
 import threading
 import time
 
@@ -42,11 +46,11 @@ import zmq
 from core.heap import keep_freed_heap
 from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
-    DEFAULT_STORE, ConnectionClosed, MQError, PeerUnreachable, ReplyFuture, normalize_address,
-    raise_for_error, reachable_endpoint, resolve_address,
+    DEFAULT_STORE, ConnectionClosed, ConnectionLost, MQError, PeerUnreachable, ReplyFuture,
+    normalize_address, raise_for_error, reachable_endpoint, resolve_address,
 )
+from ipc.client_sockets import ClientSockets
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
-from ipc.sockets import make_socket
 
 log = logging.getLogger("mqstore.client")
 
@@ -55,6 +59,7 @@ DEFAULT_WINDOW = 1024           # requests in flight per connection
 IDLE_POLL_S = 0.1               # longest sleep of a leader, so that deadlines are checked
 RECONNECT_INTERVAL_S = 1.0
 UNREACHABLE_RETRY_S = 0.005     # how often a send tries again while its peer is not connected
+FIRST_RETRY_S = 0.0005          # the first pause (a new socket's handshake takes well under 1 ms)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -74,17 +79,16 @@ class Connection:
         self.timeout = float(timeout)
         self.window = int(window)
         self.info: dict = {}
-        self.endpoints: dict = {}
         keep_freed_heap()                      # pull and batch frames reuse the heap
         self._ctx = context or zmq.Context.instance()
         self._sock_lock = threading.Lock()
         self._cv = threading.Condition()
         self._pending: dict = {}
         self._busy: dict = {}                   # socket name -> requests in flight on it
-        self._fds: dict = {}                    # socket name -> its ZMQ_FD
         self._rids = itertools.count(1)
-        self._socks: dict = {}
-        self._fdpoll = None
+        self._sockets = ClientSockets(self._ctx)
+        self._socks = self._sockets.socks       # name -> socket (the same dict)
+        self.endpoints = self._sockets.endpoints
         self._leader = None
         self._user_waiters = 0
         self._bg_ident = None
@@ -93,9 +97,6 @@ class Connection:
         self._last_reconnect = 0.0
         self._closed = False
         self._last_user_io = 0.0
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         try:
             self._open("front", self.address)
             self._apply_hello(self.call("front", "hello"))
@@ -134,35 +135,22 @@ class Connection:
         deadline = now + timeout
         if user:
             self._last_user_io = now
+        pause = FIRST_RETRY_S
         while True:
             with self._sock_lock:
+                lost = self._check_link_locked(name)
                 sock = self._socks.get(name)
                 if sock is None:
                     raise ConnectionClosed("connection closed") if self._closed else KeyError(name)
-                rid = next(self._rids)
-                env = {"op": op, "rid": rid}
-                if fields:
-                    env.update(fields)
-                self._pending[rid] = (fut, deadline, name, transform, op)
-                self._busy[name] = self._busy.get(name, 0) + 1
-                if deadline < self._next_expiry:
-                    self._next_expiry = deadline
-                try:
-                    if frames:
-                        sock.send(pack(env), _SNDMORE_NOBLOCK)
-                        for frame in frames[:-1]:
-                            sock.send(frame, _SNDMORE_NOBLOCK)
-                        sock.send(frames[-1], _NOBLOCK)
-                    else:
-                        sock.send(pack(env), _NOBLOCK)
-                except zmq.Again:                    # not connected (IMMEDIATE), or the queue is full
-                    del self._pending[rid]
-                    self._busy[name] -= 1
-                else:
-                    # The send may have consumed this socket's ZMQ_FD edge: drain for a leader that
-                    # sleeps on it. With no leader the next one drains before it sleeps.
-                    done = self._drain_locked((sock,)) if self._leader is not None else ()
-                    break
+                sent = self._sockets.links[name].up and self._send_locked(
+                    sock, name, op, fields, frames, (fut, deadline, name, transform, op))
+                # The send may have consumed this socket's ZMQ_FD edge: drain for a leader that
+                # sleeps on it. With no leader the next one drains before it sleeps.
+                done = self._drain_locked((sock,)) if sent and self._leader is not None else ()
+            if lost:
+                self._complete(lost)
+            if sent:
+                break
             left = deadline - time.monotonic()
             if not user or left <= 0:
                 self._suspect = True
@@ -171,10 +159,36 @@ class Connection:
                     raise ConnectionError(f"{op}: {where} is not connected or its send queue is full")
                 raise PeerUnreachable(f"{op}: {where} was not reachable (or its send queue stayed "
                                       f"full) for {timeout}s; nothing was sent")
-            time.sleep(min(UNREACHABLE_RETRY_S, left))
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, UNREACHABLE_RETRY_S)
         if done:
             self._complete(done)
         return fut
+
+    def _send_locked(self, sock, name: str, op: str, fields, frames, entry: tuple) -> bool:
+        """Send one request and record it as pending (the caller holds _sock_lock); False when
+        the socket's send queue is full (nothing sent, nothing recorded)."""
+        rid = next(self._rids)
+        env = {"op": op, "rid": rid}
+        if fields:
+            env.update(fields)
+        self._pending[rid] = entry
+        self._busy[name] = self._busy.get(name, 0) + 1
+        if entry[1] < self._next_expiry:
+            self._next_expiry = entry[1]
+        try:
+            if frames:
+                sock.send(pack(env), _SNDMORE_NOBLOCK)
+                for frame in frames[:-1]:
+                    sock.send(frame, _SNDMORE_NOBLOCK)
+                sock.send(frames[-1], _NOBLOCK)
+            else:
+                sock.send(pack(env), _NOBLOCK)
+        except zmq.Again:
+            del self._pending[rid]
+            self._busy[name] -= 1
+            return False
+        return True
 
     def call(self, name: str, op: str, frames=(), timeout: float | None = None, **fields) -> dict:
         """A synchronous request; returns the reply map. Raises MQError on an error reply and
@@ -236,7 +250,8 @@ class Connection:
         signaled = ()
         while True:
             with self._sock_lock:
-                done = self._drain_locked(self._to_drain(signaled))
+                done = self._watch_locked(signaled) if signaled else []
+                done += self._drain_locked(self._to_drain(signaled))
             if done:
                 self._complete(done)
             if predicate() or self._closed or (is_bg and self.users_active()):
@@ -247,14 +262,14 @@ class Connection:
                 if sleep <= 0:
                     return
             sleep = min(sleep, max(self._next_expiry - time.monotonic(), 0.0))
-            fdpoll = self._fdpoll
+            fdpoll = self._sockets.fdpoll
             try:
                 ready = fdpoll.poll(sleep * 1000.0)
             except (OSError, RuntimeError):
                 ready = ()
             signaled = [fd for fd, _ in ready]
-            if self._wake_r in signaled:
-                self._drain_wake()
+            if self._sockets.wake_r in signaled:
+                self._sockets.drain_wake()
 
     def _to_drain(self, signaled) -> list:
         """The sockets a leader reads (the caller holds _sock_lock): those with requests in
@@ -262,7 +277,7 @@ class Connection:
         can only hold late replies, which are dropped anyway; reading it when its descriptor
         fires keeps the descriptor from staying readable. (EVENTS costs a few microseconds per
         socket: a consumer's pulls should not pay it for the front door and the appender.)"""
-        busy, fds = self._busy, self._fds
+        busy, fds = self._busy, self._sockets.fds
         return [sock for name, sock in self._socks.items() if busy.get(name) or fds.get(name) in signaled]
 
     def _drain_locked(self, socks=None) -> list:
@@ -334,17 +349,7 @@ class Connection:
                 self._poke()                         # a leading user thread may wait for these
 
     def _poke(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+        self._sockets.poke()
 
     def users_active(self) -> bool:
         """A user thread waits, or did I/O in the last QUIET_S (the background thread's cue)."""
@@ -352,35 +357,53 @@ class Connection:
 
     # -- sockets and reconnection --------------------------------------------------------
     def _open(self, name: str, endpoint: str) -> None:
-        sock = make_socket(self._ctx, zmq.DEALER)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        if name == "appender":
-            # Queue puts only on a completed connection, and drop the queue when it breaks: a
-            # put sent while the store is down then fails (and is retried) instead of staying
-            # queued here and being stored after its send already failed (a zombie message).
-            sock.setsockopt(zmq.IMMEDIATE, 1)
-        sock.connect(endpoint)
-        failed = []
+        """Connect socket `name` to `endpoint`, replacing the one it had (its requests in
+        flight fail with ConnectionClosed: they went to the old endpoint)."""
+        old = self.endpoints.get(name)
         with self._sock_lock:
-            old = self._socks.get(name)
-            if old is not None:
-                for rid, entry in list(self._pending.items()):
-                    if entry[2] == name:
-                        del self._pending[rid]
-                        self._busy[name] -= 1
-                        failed.append((entry, None, ConnectionClosed(
-                            f"{entry[4]}: {name} moved from {self.endpoints.get(name)} to {endpoint}")))
-                old.close(0)
-            self._socks[name] = sock
-            self._fds[name] = sock.getsockopt(zmq.FD)
-            self.endpoints[name] = endpoint
-            fdpoll = select.poll()
-            fdpoll.register(self._wake_r, select.POLLIN)
-            for s in self._socks.values():
-                fdpoll.register(s.getsockopt(zmq.FD), select.POLLIN)
-            self._fdpoll = fdpoll
+            failed = self._replace_locked(name, endpoint, lambda op: ConnectionClosed(
+                f"{op}: {name} moved from {old} to {endpoint}"))
         if failed:
             self._complete(failed)
+
+    def _replace_locked(self, name: str, endpoint: str, error) -> list:
+        """A fresh socket `name` connected to `endpoint` (the caller holds _sock_lock); the
+        requests in flight on the old one, failed with `error(op)`, for `_complete`."""
+        failed = []
+        for rid, entry in list(self._pending.items()):
+            if entry[2] == name:
+                del self._pending[rid]
+                self._busy[name] -= 1
+                failed.append((entry, None, error(entry[4])))
+        self._sockets.replace(name, endpoint)
+        return failed
+
+    def _watch_locked(self, signaled) -> list:
+        """Read the monitors whose descriptor the last poll reported (the caller holds
+        _sock_lock); what `_check_link_locked` gives for each."""
+        done = []
+        for fd in signaled:
+            name = self._sockets.link_fds.get(fd)
+            if name is not None:
+                done += self._check_link_locked(name)
+        return done
+
+    def _check_link_locked(self, name: str) -> list:
+        """Read socket `name`'s monitor (the caller holds _sock_lock). When its connection
+        broke: the replies that came before the break, and the requests still in flight failed
+        with ConnectionLost, for `_complete`; the socket is replaced by a fresh one."""
+        link = self._sockets.links.get(name)
+        if link is None or not link.read():
+            return []
+        endpoint = self.endpoints[name]
+        done = self._drain_locked((self._socks[name],))
+
+        def lost(op: str) -> ConnectionLost:
+            what = "stored" if op.startswith("put") else "carried out"
+            return ConnectionLost(f"{op}: the connection to the {name} ({endpoint}) broke before "
+                                  f"the reply came; it may or may not have been {what}")
+        log.info("the connection to the %s at %s broke", name, endpoint)
+        return done + self._replace_locked(name, endpoint, lost)
 
     def _apply_hello(self, env: dict) -> None:
         if env.get("version") != PROTOCOL_VERSION:
@@ -436,15 +459,9 @@ class Connection:
                       for entry in self._pending.values()]
             self._pending.clear()
             self._busy.clear()
-            for sock in self._socks.values():
-                sock.close(0)
-            self._socks.clear()
+            self._sockets.close()
         self._complete(failed)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._sockets.close_pipe()
 
     @property
     def closed(self) -> bool:

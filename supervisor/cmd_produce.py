@@ -14,7 +14,7 @@ DELAY, WAIT, ...) are refused, as its putUserProperty refuses them.
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range; a refusal with its reason) unless `--quiet`, which prints only the first failure,
 then a summary on standard error: messages stored (acknowledged), refused, unconfirmed (no
-answer in time: they may have been stored) and, when the store went away, that the rest of
+answer, in time or before the connection to the store broke: they may have been stored) and, when the store went away, that the rest of
 the input was not sent. Exit status: 0 when every
 message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
 2 for options that do not go together or are out of range (a `--queue` that is not a queue of
@@ -178,7 +178,7 @@ class Tally:
         if self.refused:
             parts.append(f"{self.refused} refused")
         if self.unconfirmed:
-            parts.append(f"{self.unconfirmed} unconfirmed (no answer in time: they may have been "
+            parts.append(f"{self.unconfirmed} unconfirmed (no answer: they may have been "
                          "stored; consumers tell a resent copy by its UNIQ_KEY)")
         if skipped:
             parts.append(f"{skipped} empty line{'s' if skipped != 1 else ''} skipped")
