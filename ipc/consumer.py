@@ -97,6 +97,7 @@ class Consumer:
         self._next_discover = 0.0
         self._last_commit = time.monotonic()
         self._closed = False
+        self._iterating = None       # [batch, handed]: the batch a `for` loop is going through
         self.last_error: str | None = None
         self._conn = connection or Connection(address, store=store, timeout=timeout)
         self._own = connection is None
@@ -147,8 +148,21 @@ class Consumer:
         return [st.queue_id for st in self._order]
 
     def positions(self) -> dict:
-        """queue id -> the next offset `poll` will hand out (what `commit` stores)."""
-        return {st.queue_id: st.position for st in self._order}
+        """queue id -> the next offset `poll` will hand out (what `commit` stores); inside a
+        `for` loop, the offset after the last message the loop got."""
+        held = self._not_yet_yielded()
+        return {st.queue_id: held.get(st.queue_id, st.position) for st in self._order}
+
+    def _not_yet_yielded(self) -> dict:
+        """queue id -> offset of its first message of the batch a `for` loop is going through
+        that the loop has not got yet: `take` moved the positions past the whole batch."""
+        if self._iterating is None:
+            return {}
+        batch, handed = self._iterating
+        first: dict = {}
+        for m in batch[handed:]:
+            first.setdefault(m.queue_id, m.queue_offset)
+        return first
 
     def committed(self) -> dict:
         """queue id -> the offset last committed for the group (-1: never)."""
@@ -215,22 +229,25 @@ class Consumer:
     def _messages(self):
         while not self._closed:
             batch = self.poll(self.long_poll_ms)
-            handed = 0
+            state = self._iterating = [batch, 0]    # commits and close() store what was got
             try:
                 for m in batch:
                     if self._closed:               # closed by the loop's body: stop here
                         return
-                    handed += 1
+                    state[1] += 1
                     yield m
             finally:
-                if handed < len(batch) and not self._closed:
-                    self._pulls.give_back(batch[handed:], {st.queue_id: st for st in self._order})
+                if self._iterating is state:
+                    self._iterating = None
+                if state[1] < len(batch) and not self._closed:
+                    self._pulls.give_back(batch[state[1]:], {st.queue_id: st for st in self._order})
 
     # -- offsets -------------------------------------------------------------------------
     def _commit_requests(self) -> list:
         sent = []
+        held = self._not_yet_yielded()
         for st in self._order:
-            pos = st.position
+            pos = held.get(st.queue_id, st.position)
             if pos >= 0 and pos != st.committed:
                 fut = self._conn.request("reader", "commit_offset", {
                     "group": self.group, "topic": self.topic, "queue_id": st.queue_id, "offset": pos})

@@ -58,3 +58,27 @@ def test_after_a_break_the_next_poll_and_loop_get_the_rest_in_order(address):
             offsets = [o for qq, o in seen if qq == q]
             assert offsets == list(range(100))
         assert c.commit() == {0: 100, 1: 100}
+
+
+def after_last_got(got: list) -> dict:
+    return {q: 1 + max([o for qq, o in got if qq == q], default=-1) for q in (0, 1)}
+
+
+def test_a_commit_inside_the_loop_stores_only_what_the_loop_got(address):
+    got = []
+    with Consumer(address, "inloop", "It", queues=[0, 1]) as c:
+        for m in c:
+            got.append((m.queue_id, m.queue_offset))
+            if len(got) == 4:
+                assert c.commit() == after_last_got(got)      # not the end of the poll's batch
+                assert c.positions() == after_last_got(got)
+                break
+    assert committed(address, "inloop") == after_last_got(got)
+
+
+def test_closing_while_an_iterator_is_held_commits_only_what_it_yielded(address):
+    c = Consumer(address, "held", "It", queues=[0, 1])
+    it = iter(c)
+    got = [(m.queue_id, m.queue_offset) for m in (next(it) for _ in range(6))]
+    c.close()                                      # the iterator still holds the rest of its batch
+    assert committed(address, "held") == after_last_got(got)
