@@ -8,7 +8,8 @@ Without `--follow` the command stops once every queue has been read to its end; 
 waits for new messages until Ctrl-C or SIGTERM (within half a second; every message read
 is printed first). `--max N` stops after N messages. The group's offsets
 are committed when the command ends (and every 5 s while it runs) unless `--no-commit`, so
-the next run continues where this one stopped.
+the next run continues where this one stopped; when the output is closed early (`| head`),
+the messages of the batch being written are not committed and are read again next time.
 
 Output: one line per message, `QUEUE:OFFSET<TAB>TAGS<TAB>KEYS<TAB>BODY` (`-` for no tags or
 keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON object per
@@ -82,6 +83,23 @@ def _queues(text: str | None) -> list | None:
     return queues
 
 
+def _print_batch(consumer: Consumer, msgs: list, fmt, out) -> None:
+    """Print a poll's messages. When the output breaks (`| head`), part of the batch may be
+    lost in the pipe: its queues are moved back to their first message of the batch, so that
+    the group commits only what was surely written and the rest is read again next time."""
+    try:
+        for m in msgs:
+            out.write(fmt(m) + "\n")
+        out.flush()
+    except BrokenPipeError:
+        first: dict = {}
+        for m in msgs:
+            first.setdefault(m.queue_id, m.queue_offset)
+        for qid, offset in first.items():
+            consumer.seek(qid, offset)
+        raise
+
+
 def run(args) -> int:
     queues = _queues(args.queues)
     if args.max is not None and args.max < 0:
@@ -111,11 +129,9 @@ def run(args) -> int:
         while (args.max is None or count < args.max) and not stopping.is_set():
             left = None if args.max is None else args.max - count
             msgs = consumer.poll(POLL_MS, max_records=left)
-            for m in msgs:
-                out.write(fmt(m) + "\n")
-            count += len(msgs)
             if msgs:
-                out.flush()
+                _print_batch(consumer, msgs, fmt, out)
+                count += len(msgs)
             elif not args.follow and consumer.caught_up:
                 break
     except BrokenPipeError:
