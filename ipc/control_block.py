@@ -42,6 +42,7 @@ class Word(enum.IntEnum):
     CONFIRM = 19              # flusher under SYNC_FLUSH, committer/appender under ASYNC: readers' end
     TOPICS_VERSION = 20       # appender: bumped whenever config/topics.json changes
     PULLS_HELD = 21           # reader: pulls held for long polling (reput publishes arrivals only then)
+    SPACE_FULL = 22           # supervisor (retention): 1 while the disk is over disk_space_warning_level_ratio
     # 32..63: replication (per-slave acknowledged offsets), written by the HA replicator
     POOL_BASE = 64            # 64..95: transient pool, two words per buffer (see pool_* below)
     SERVICE_BASE = 128        # 128..: a slot of SLOT_WORDS words per service

@@ -363,10 +363,11 @@ class Appender(ServiceLoop):
         return None
 
     def _refusing(self) -> bool:
-        """SERVICE_NOT_AVAILABLE unless WRITABLE and no FLUSH_FAILED, DISK_FULL, SLAVE, DRAINING."""
+        """SERVICE_NOT_AVAILABLE unless WRITABLE and no FLUSH_FAILED, DISK_FULL, SPACE_FULL,
+        SLAVE, DRAINING."""
         w = self.cb.words
         return (self.stopped or w[Word.WRITABLE] != 1 or w[Word.FLUSH_FAILED] != 0 or w[Word.DISK_FULL] != 0
-                or w[Word.SLAVE] != 0 or w[Word.DRAINING] != 0)
+                or w[Word.SPACE_FULL] != 0 or w[Word.SLAVE] != 0 or w[Word.DRAINING] != 0)
 
     def _queue_for(self, topic: str, qid: int | None) -> int:
         """The queue of a put: the one asked for (below the topic's count) or round robin. A new

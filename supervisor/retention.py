@@ -1,8 +1,15 @@
-"""Scheduled deletion of expired CommitLog segments (RocketMQ's CleanCommitLogService); the
-supervisor is the only deleter of CommitLog files (docs/SERVICES.md).
+"""Scheduled deletion of expired CommitLog segments (RocketMQ's CleanCommitLogService) and the
+disk-space check that stops puts on a nearly full disk; the supervisor is the only deleter of
+CommitLog files (docs/SERVICES.md).
 
-Every `clean_resource_interval` ms the supervisor calls `Retention.tick()`. Deletion runs when
-one of these holds:
+How full the disk is, is RocketMQ's ratio (`disk_used_ratio`): used / (used + available to
+unprivileged users), rounded up to hundredths, what `df` shows as Use% (the blocks reserved
+for root count as neither).
+
+The supervisor calls `Retention.tick()` every second. Each call checks the disk (RocketMQ's
+isSpaceFull): above `disk_space_warning_level_ratio` percent it sets SPACE_FULL, and the
+appender answers every put SERVICE_NOT_AVAILABLE until the ratio is back at or below it.
+Every `clean_resource_interval` ms, deletion runs when one of these holds:
 - the hour of the day is one of `delete_when` ("04", "04;16"),
 - the store's file system is fuller than `disk_max_used_space_ratio` percent,
 and it deletes, oldest first, segments last modified more than `file_reserved_time` hours ago.
@@ -26,13 +33,24 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 
 from core.fileops import REAL_FILE_OPS
 from ipc.control_block import ControlBlock, Word
 
 log = logging.getLogger("mqstore.supervisor.retention")
+
+
+def disk_used_ratio(path: str) -> float:
+    """RocketMQ's used share (0..1) of the file system holding `path`: used / (used + available),
+    rounded up to hundredths; -1.0 when it cannot be read."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    seen = used + st.f_bavail * st.f_frsize
+    return -(-used * 100 // seen) / 100 if seen > 0 else 0.0
 
 
 class Retention:
@@ -42,28 +60,43 @@ class Retention:
         self.cb = cb
         self.fileops = fileops
         self.clock = clock                        # wall-clock seconds (delete_when is an hour)
-        self.disk_ratio = disk_ratio or self._disk_ratio
+        self.disk_ratio = disk_ratio or (lambda: disk_used_ratio(config.commitlog_dir))
         self.interval_s = config.clean_resource_interval / 1000.0
         self._next = 0.0
 
-    def _disk_ratio(self) -> float:
-        usage = shutil.disk_usage(self.config.commitlog_dir)
-        return usage.used / usage.total if usage.total else 0.0
-
     def tick(self) -> int:
-        """Delete what is due now (at most once per interval); the number of segments deleted."""
+        """Check the disk, and delete what is due now (at most once per interval); the number
+        of segments deleted."""
         now = self.clock()
+        self.check_space()
         if now < self._next:
             return 0
         self._next = now + self.interval_s
         return self.delete_expired(now)
 
+    def check_space(self) -> bool:
+        """Set SPACE_FULL while the disk is fuller than disk_space_warning_level_ratio, clear
+        it once it is not; True while it is set."""
+        ratio = self.disk_ratio()
+        limit = self.config.disk_space_warning_level_ratio
+        full = ratio * 100 > limit
+        if full != bool(self.cb.get(Word.SPACE_FULL)):
+            self.cb.set(Word.SPACE_FULL, int(full))
+            if full:
+                log.error("the disk is %.0f%% full, over disk_space_warning_level_ratio %d%%: puts "
+                          "are refused (SERVICE_NOT_AVAILABLE) until it is not", ratio * 100, limit)
+            else:
+                log.warning("the disk is %.0f%% full, at or below disk_space_warning_level_ratio "
+                            "%d%%: puts are taken again", ratio * 100, limit)
+        return full
+
     def delete_expired(self, now: float) -> int:
         cfg = self.config
         ratio = self.disk_ratio() * 100
-        forced = cfg.clean_file_forcibly_enable and ratio >= cfg.disk_space_clean_forcibly_ratio
+        unknown = ratio < 0                          # RocketMQ deletes when it cannot tell
+        forced = cfg.clean_file_forcibly_enable and ratio > cfg.disk_space_clean_forcibly_ratio
         timely = time.localtime(now).tm_hour in cfg.delete_when_hours
-        if not (timely or forced or ratio >= cfg.disk_max_used_space_ratio):
+        if not (timely or forced or unknown or ratio > cfg.disk_max_used_space_ratio):
             return 0
         reserved_s = cfg.file_reserved_time * 3600
         limit = min(self.cb.get(Word.CONFIRM), self.cb.get(Word.FLUSHED),

@@ -239,7 +239,7 @@ def reseed_control_block(cb: ControlBlock, config, store) -> None:
     """Seed the control block again from a store recovered while the supervisor runs (after a
     failed flush), with every service stopped: the flags the services own go back to their
     initial values and every pool buffer is free, then `seed_control_block`."""
-    for w in (Word.FLUSH_FAILED, Word.DISK_FULL, Word.DRAINING):
+    for w in (Word.FLUSH_FAILED, Word.DISK_FULL, Word.SPACE_FULL, Word.DRAINING):
         cb.set(w, 0)
     for i in range(2 * POOL_BUFFERS):
         cb.set(Word.POOL_BASE + i, 0)

@@ -15,6 +15,7 @@ import shutil
 
 from core.topics import TopicTable, TopicTableError
 from ipc.control_block import ControlBlock, Word
+from supervisor.retention import disk_used_ratio
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -24,7 +25,8 @@ POSITION_WORDS = {
     "confirm": Word.CONFIRM, "min": Word.MIN_PHY,
 }
 FLAG_WORDS = {
-    "writable": Word.WRITABLE, "disk_full": Word.DISK_FULL, "flush_failed": Word.FLUSH_FAILED,
+    "writable": Word.WRITABLE, "disk_full": Word.DISK_FULL, "space_full": Word.SPACE_FULL,
+    "flush_failed": Word.FLUSH_FAILED,
     "draining": Word.DRAINING, "slave": Word.SLAVE, "sync_flush": Word.SYNC_FLUSH,
     "transient_pool": Word.POOL_ENABLED,
 }
@@ -47,7 +49,8 @@ def flags(cb: ControlBlock) -> list[str]:
 def puts(flag_names) -> str:
     """Whether the appender takes puts, from the flags (its refusal rule, SERVICES.md): the
     WRITABLE word alone does not say it (a slave keeps it set and refuses every put)."""
-    why = [name for name in ("slave", "disk_full", "flush_failed", "draining") if name in flag_names]
+    why = [name for name in ("slave", "disk_full", "space_full", "flush_failed", "draining")
+           if name in flag_names]
     if "writable" not in flag_names:
         why.insert(0, "not writable")
     return "refused (" + ", ".join(why) + ")" if why else "accepted"
@@ -83,7 +86,7 @@ def disk_usage(config) -> dict:
     fs = shutil.disk_usage(root)
     return {"store_bytes": _tree_bytes(root), **{f"{k}_bytes": v for k, v in parts.items()},
             "fs_total": fs.total, "fs_used": fs.used, "fs_free": fs.free,
-            "fs_used_ratio": round(fs.used / fs.total, 4) if fs.total else 0.0}
+            "fs_used_ratio": max(0.0, disk_used_ratio(root))}
 
 
 def read_topics(config, table: TopicTable | None = None) -> list[dict]:

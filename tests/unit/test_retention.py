@@ -10,7 +10,7 @@ import pytest
 from core.config import StoreConfig
 from core.mapped_file import offset_to_file_name
 from ipc.control_block import ControlBlock, Word
-from supervisor.retention import Retention
+from supervisor.retention import Retention, disk_used_ratio
 
 SIZE = 4096
 HOUR = 3600
@@ -106,3 +106,38 @@ def test_batch_limit_and_interval(tmp_path, cb):
     clock[0] += 10
     assert r.tick() == 2
     assert len(names(config)) == 2
+
+
+def test_the_disk_ratio_is_rocketmqs_used_over_used_plus_available(tmp_path):
+    st = os.statvfs(tmp_path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    available = st.f_bavail * st.f_frsize                   # the root-reserved blocks count for neither
+    expected = used / (used + available)
+    ratio = disk_used_ratio(str(tmp_path))
+    assert expected <= ratio <= expected + 0.01 + 1e-9        # rounded up to hundredths, as df's Use%
+    assert round(ratio * 100, 6) == int(round(ratio * 100, 6))
+    assert disk_used_ratio(str(tmp_path / "missing")) == -1.0
+
+
+def test_over_the_warning_ratio_puts_stop_until_the_disk_is_below_it_again(tmp_path, cb):
+    config = make_store(tmp_path, 2, age_h=0, when=time.time(), disk_space_warning_level_ratio=90)
+    ratio = [0.90]
+    r = Retention(config, cb, disk_ratio=lambda: ratio[0])
+    assert not r.check_space() and cb.get(Word.SPACE_FULL) == 0      # at the ratio: not over it
+    ratio[0] = 0.91
+    r.tick()
+    assert cb.get(Word.SPACE_FULL) == 1
+    ratio[0] = 0.89
+    r.tick()                                                          # checked on every tick
+    assert cb.get(Word.SPACE_FULL) == 0
+
+
+def test_deletion_starts_only_above_the_ratios_as_rocketmq_compares(tmp_path, cb):
+    config = make_store(tmp_path, 3, age_h=2, when=at_hour(13), disk_max_used_space_ratio=75,
+                        clean_file_forcibly_enable=False)
+    set_positions(cb, 3 * SIZE)
+    ratio = [0.75]
+    r = Retention(config, cb, disk_ratio=lambda: ratio[0])
+    assert r.delete_expired(at_hour(13)) == 0                     # at 75 %: not over it
+    ratio[0] = -1.0                                                   # unreadable: RocketMQ deletes
+    assert r.delete_expired(at_hour(13)) == 2
