@@ -6,7 +6,7 @@ Each queue starts at the group's committed offset; a group that never committed 
 the oldest message (`--from earliest`, the default) or after the newest (`--from latest`).
 Without `--follow` the command stops once every queue has been read to its end; with it, it
 waits for new messages until Ctrl-C or SIGTERM (within half a second; every message read
-is printed first). `--max N` stops after N messages. The group's offsets
+is printed first), and follows a store found through `--store` that restarts on other ports. `--max N` stops after N messages. The group's offsets
 are committed when the command ends (and every 5 s while it runs) unless `--no-commit`, so
 the next run continues where this one stopped; when the output is closed early (`| head`),
 the messages of the batch being written are not committed and are read again next time.
@@ -108,7 +108,7 @@ def run(args) -> int:
     check_name("--group", args.group, "group")
     check_timeout(args.timeout)
     try:
-        address = locate(args)[0]
+        address, _pid, root = locate(args)
         if queues:
             check_queue_ids(address, args.topic, "--queues", queues, args.timeout)
     except (NotRunning, ConnectionError, TimeoutError, MQError) as e:
@@ -123,8 +123,10 @@ def run(args) -> int:
     try:
         # Without --follow an empty queue is the end: the reader answers at once instead of
         # holding the pull for a long poll.
-        consumer = Consumer(address, args.group, args.topic, queues=queues, tag_filter=args.tag_filter,
-                            start=args.start, auto_commit=not args.no_commit, timeout=args.timeout,
+        # Found through --store, the consumer follows a store restarted on other ports.
+        consumer = Consumer(None if root else address, args.group, args.topic, queues=queues,
+                            tag_filter=args.tag_filter, store=root, start=args.start,
+                            auto_commit=not args.no_commit, timeout=args.timeout,
                             **({} if args.follow else {"long_poll_ms": 0}))
         while (args.max is None or count < args.max) and not stopping.is_set():
             left = None if args.max is None else args.max - count

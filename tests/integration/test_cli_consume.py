@@ -2,6 +2,7 @@
 early by the reader (`| head`) commits nothing the command could not write."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -38,3 +39,28 @@ def test_output_closed_by_head_commits_only_what_was_written(store):
     offsets = committed(store.address, "heads", "Piped")
     assert sum(max(o, 0) for o in offsets.values()) <= 3, offsets   # not the batch lost in the pipe
     assert "0 messages" in run.stderr or "3 messages" in run.stderr      # the count it committed
+
+
+def test_follow_through_store_follows_a_store_restarted_on_new_ports(tmp_path):
+    s = SupervisedStore(tmp_path, "moved").start()
+    try:
+        with Producer(s.address) as p:
+            assert p.send("Moved", b"one", queue_id=0).ok
+        follow = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "consume", "--topic", "Moved",
+                                   "--group", "g", "--follow", "--timeout", "1", "--store", s.root],
+                                  cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert follow.stdout.readline().endswith("\tone\n")
+            old = s.address
+            assert s.stop() == 0
+            s.start()                                         # --port 0: new ports
+            assert s.address != old
+            with Producer(s.address) as p:
+                assert p.send("Moved", b"two", queue_id=0).ok
+            assert follow.stdout.readline().endswith("\ttwo\n")
+        finally:
+            follow.send_signal(signal.SIGTERM)
+            out, err = follow.communicate(timeout=30)
+        assert follow.returncode == 0, err
+    finally:
+        s.ensure_stopped()
