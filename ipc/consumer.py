@@ -3,7 +3,9 @@
 Each assigned queue has a next offset to pull and a *position*: the offset after the last
 message `poll` handed out (or iteration yielded), which is what `commit` stores for the group (RocketMQ's consumer
 offset is likewise the next offset to consume). At start a queue's position is the group's
-committed offset, else its min offset (`start="earliest"`) or max offset (`"latest"`); an
+committed offset, else its min offset (`start="earliest"`) or max offset (`"latest"`: what was
+stored before the consumer started is skipped; a queue that appears later, such as the queues
+of a topic created after the start, holds only newer messages and starts at its min offset); an
 offset the store no longer has is corrected with the `next_begin_offset` of the reply, as
 RocketMQ's pull consumer does.
 
@@ -95,6 +97,7 @@ class Consumer:
         self._states: dict = {}
         self._order: list = []
         self._next_discover = 0.0
+        self._discovered = False     # the queues there were at the start are known
         self._last_commit = time.monotonic()
         self._closed = False
         self._iterating = None       # [batch, handed]: the batch a `for` loop is going through
@@ -125,6 +128,7 @@ class Consumer:
         new = [q for q in wanted if q not in self._states]
         if new:
             self._add_queues(new)
+        self._discovered = True
         self._next_discover = time.monotonic() + (DISCOVER_INTERVAL_S if count else RETRY_S)
 
     def _add_queues(self, qids: list) -> None:
@@ -138,7 +142,8 @@ class Consumer:
         for q, fut in zip(qids, fetches):
             committed = raise_for_error(fut.result()[0], "fetch_offset").get("offset", -1)
             lo, hi = bounds.get(q, (0, 0))
-            offset = committed if committed >= 0 else (lo if self.start == "earliest" else hi)
+            newer = self.start == "earliest" or self._discovered    # appeared after the start
+            offset = committed if committed >= 0 else (lo if newer else hi)
             st = QueueCursor(q, offset, committed)
             self._states[q] = st
             self._order.append(st)
