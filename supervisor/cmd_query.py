@@ -2,13 +2,15 @@
 MSGID`, `mqstore query --offset PHYS` [--json] [--store DIR | --address A]: look messages up.
 
 `--key` searches the index for messages of topic T whose KEYS (or UNIQ_KEY) include K, newest
-first, optionally only those stored between `--begin` and `--end` (milliseconds since the
-epoch). `--id` finds one message by its offset message id (the `msgId` that produce prints);
+first, at most `--max` (the store gives at most `max_msgs_num_batch`, 64 by default, as
+RocketMQ), optionally only those stored between `--begin` and `--end` (milliseconds since the
+epoch; the index keeps store times to the second, as RocketMQ's does, so a message is matched
+by its store time with the milliseconds dropped). `--id` finds one message by its offset message id (the `msgId` that produce prints);
 `--offset` reads the message stored at that CommitLog offset.
 
 Prints each message as a block of fields, or with `--json` one JSON object per line (as
 `mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
-the store is not running), 2 for --key without --topic, --topic, --max, --begin or --end with
+the store is not running), 2 for --key without --topic, an empty --key, --topic, --max, --begin or --end with
 --id or --offset (they narrow a search by key only), --begin after --end, or a value the store
 would refuse (a topic name it does not allow, `--max` below 1, a negative offset or time).
 """
@@ -38,7 +40,8 @@ def add_parser(subparsers):
     what.add_argument("--id", metavar="MSGID", help="an offset message id (32 hex digits)")
     what.add_argument("--offset", type=int, metavar="PHYS", help="a CommitLog (physical) offset")
     p.add_argument("--topic", metavar="T", help="topic to search by key")
-    p.add_argument("--max", type=int, default=32, metavar="N", help="most messages by key (default 32)")
+    p.add_argument("--max", type=int, default=32, metavar="N", help="most messages by key (default 32; the store gives at most "
+                   "max_msgs_num_batch, 64 by default)")
     p.add_argument("--begin", type=int, default=0, metavar="MS", help="stored at or after (ms since epoch)")
     p.add_argument("--end", type=int, metavar="MS", help="stored at or before (ms since epoch; default now)")
     p.add_argument("--json", action="store_true", help="one JSON object per message")
@@ -73,6 +76,8 @@ def _check_range(option: str, value, low: int, high: int) -> None:
 def _check_options(args) -> None:
     if args.key is not None and not args.topic:
         raise UsageError("--key needs --topic")
+    if args.key == "":
+        raise UsageError("--key is empty: messages are indexed by non-empty keys")
     if args.key is None:                 # --id and --offset name one message: nothing to narrow
         for option, value, unset in (("--topic", args.topic, None), ("--max", args.max, 32),
                                      ("--begin", args.begin, 0), ("--end", args.end, None)):
@@ -109,7 +114,7 @@ def run(args) -> int:
     if args.json:
         for m in found:
             print(json.dumps(message_to_dict(m), ensure_ascii=False))
-    else:
+    elif found:
         print("\n\n".join(describe(m) for m in found))
     if not found:
         print("mqstore query: no message found", file=sys.stderr)

@@ -43,6 +43,12 @@ def test_queues_the_topic_has_still_work(running):
     assert new.returncode == 0 and new.stdout == "", new.stderr
 
 
+def test_a_query_that_finds_nothing_prints_nothing_on_stdout(running):
+    out = cli("query", "--topic", "four", "--key", "absent", "--address", running.address)
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert "no message found" in out.stderr
+
+
 def test_start_with_format_parameters_the_store_was_not_made_with_exits_2(tmp_path):
     from core import MessageStore, StoreConfig
     root = str(tmp_path / "made")

@@ -15,6 +15,7 @@ from supervisor.cli import main
     (["consume", "--topic", "T", "--group", "g", "--max", "-1"], "--max must be >= 0"),
     (["consume", "--topic", "T", "--group", "g", "--queues", "0,x"], "expected queue ids"),
     (["query", "--key", "k"], "--key needs --topic"),
+    (["query", "--topic", "T", "--key", ""], "--key is empty"),
     (["produce", "--topic", "T", "--body", "x", "--queue", "-1"], "--queue -1: queue ids are 0..1023"),
     (["produce", "--topic", "T", "--body", "x", "--queue", "1024"], "queue ids are 0..1023"),
     (["consume", "--topic", "T", "--group", "g", "--queues", "1,-2"], "--queues -2: queue ids are 0..1023"),
