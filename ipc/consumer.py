@@ -39,6 +39,9 @@ Arguments are checked before anything is sent (TypeError for a wrong type, Value
 wrong value, naming the argument): `timeout` is a finite number of seconds above 0,
 `tag_filter` a str or None, `poll`'s `timeout_ms` a number of milliseconds >= 0 and its
 `max_records` an int >= 1 or None, offsets of seeks ints >= 0 and timestamps numbers >= 0.
+`queues` naming a queue that an existing topic does not have is a ValueError at construction
+(a topic that does not exist yet is not checked); no offset is committed for a queue the store
+does not have.
 Once closed (or once a connection it shares is closed), `poll`, the seeks, `commit` and
 iteration raise ConnectionClosed (a close inside a `for` loop over the consumer ends that loop instead);
 `close` may be called again.
@@ -125,6 +128,10 @@ class Consumer:
                 raise
             count = 0
         wanted = self._wanted if self._wanted is not None else range(count)
+        beyond = [q for q in wanted if q >= count]
+        if count and beyond and not self._discovered:
+            raise ValueError(f"queues={beyond}: topic {self.topic!r} has {count} queues "
+                             f"(0..{count - 1})")
         new = [q for q in wanted if q not in self._states]
         if new:
             self._add_queues(new)
@@ -144,7 +151,7 @@ class Consumer:
             lo, hi = bounds.get(q, (0, 0))
             newer = self.start == "earliest" or self._discovered    # appeared after the start
             offset = committed if committed >= 0 else (lo if newer else hi)
-            st = QueueCursor(q, offset, committed)
+            st = QueueCursor(q, offset, committed, missing=q not in bounds)
             self._states[q] = st
             self._order.append(st)
 
@@ -253,7 +260,7 @@ class Consumer:
         held = self._not_yet_yielded()
         for st in self._order:
             pos = held.get(st.queue_id, st.position)
-            if pos >= 0 and pos != st.committed:
+            if pos >= 0 and pos != st.committed and not st.missing:
                 fut = self._conn.request("reader", "commit_offset", {
                     "group": self.group, "topic": self.topic, "queue_id": st.queue_id, "offset": pos})
                 sent.append((st, pos, fut))

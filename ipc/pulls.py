@@ -33,9 +33,10 @@ EMPTY_STATUSES = ("NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE", "NO_MATCHED_LOGI
 
 class QueueCursor:
     __slots__ = ("queue_id", "next_offset", "position", "committed", "gen", "caught_up",
-                 "retry_at", "sent_at", "pending", "last_sent", "step", "known_max", "stash")
+                 "retry_at", "sent_at", "pending", "last_sent", "step", "known_max", "stash",
+                 "missing")
 
-    def __init__(self, queue_id: int, offset: int, committed: int):
+    def __init__(self, queue_id: int, offset: int, committed: int, missing: bool = False):
         self.queue_id = queue_id
         self.next_offset = offset       # where the next reply taken in must start
         self.position = offset
@@ -49,6 +50,7 @@ class QueueCursor:
         self.step = 0                   # speculation stride; 0: do not speculate
         self.known_max = 0              # max_offset of the last reply
         self.stash: dict = {}           # offset -> (env, frames) that came before its turn
+        self.missing = missing          # the store has no such queue (yet): nothing to commit
 
     def abandon(self) -> None:
         """Forget every outstanding pull (their replies will be dropped) and early replies."""
@@ -204,6 +206,8 @@ class PullPipeline:
         max_offset = env.get("max_offset")
         if isinstance(max_offset, int):
             st.known_max = max_offset
+        st.missing = status == "NO_MATCHED_LOGIC_QUEUE" or (
+            status == ERROR and env.get("code") == ErrorCode.NOT_FOUND)
         if status == "FOUND":
             msgs = find_records(frames[0]) if frames else []
             if self.tags is not None or not isinstance(nxt, int):

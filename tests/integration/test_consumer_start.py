@@ -45,3 +45,17 @@ def test_latest_reads_a_topic_created_after_the_start_from_its_first_message(add
             for i in range(4):
                 assert p.send("Born", b"new-%d" % i, queue_id=i).ok
         assert sorted(bodies_within(c, 4)) == [b"new-%d" % i for i in range(4)]
+
+
+def test_a_queue_the_topic_does_not_have_is_refused_at_construction(address):
+    with Producer(address) as p:
+        assert p.send("Four", b"x", queue_id=0).ok                   # 4 queues by default
+    with pytest.raises(ValueError, match=r"queues=\[9\]: topic 'Four' has 4 queues"):
+        Consumer(address, "g", "Four", queues=[0, 9])
+
+
+def test_closing_on_a_topic_that_does_not_exist_commits_nothing_and_warns_nothing(address, caplog):
+    with Consumer(address, "g", "Nowhere", queues=[0]) as c:
+        assert c.poll(300) == []
+    assert c.committed() == {0: -1}
+    assert not [r for r in caplog.records if "final commit" in r.getMessage()]
