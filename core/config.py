@@ -21,7 +21,8 @@ Decisions beyond RocketMQ:
 - `store_path_root_dir` accepts a path-like object, expands `~` and is made absolute, so
   that every process of a store resolves the same directory.
 - `flush_disk_type` and `broker_role` are accepted in any letter case and kept upper-case.
-- `delete_when` takes one or more two-digit hours separated by `;` ("04", "04;16").
+- `delete_when` takes one or more hours 0-23 separated by `;` ("04", "4", "04;16"), as
+  RocketMQ parses each as an integer.
 - `use_transient_store_pool` is RocketMQ 4.x's effective switch: the pool is used only by
   an ASYNC_FLUSH master.
 
@@ -50,7 +51,7 @@ FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
                "max_hash_slot_num", "max_index_num")
 STORE_FORMAT_FILE = "store_format.json"
 _TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
-_DELETE_WHEN = re.compile(r"^([01][0-9]|2[0-3])(;([01][0-9]|2[0-3]))*$")
+_DELETE_WHEN = re.compile(r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$")
 
 
 class ConfigError(ValueError):
@@ -255,7 +256,7 @@ class StoreConfig:
                 raise ConfigError(f"{key} = {value!r}: must be an int {allowed}", key)
         for key, why in _UNSUPPORTED.items():
             if getattr(self, key):
-                raise ConfigError(f"{key} = True: not supported by mqstore ({why}); leave it false", key)
+                raise ConfigError(f"{key} = true: not supported by mqstore ({why}); leave it false", key)
         _check_choice("flush_disk_type", self.flush_disk_type, FLUSH_DISK_TYPES)
         _check_choice("broker_role", self.broker_role, BROKER_ROLES)
         if self.index_file_size > JAVA_INT_MAX:
@@ -264,8 +265,8 @@ class StoreConfig:
                 f"{self.max_index_num!r}: an index file of 40 + 4 * slots + 20 * entries "
                 f"= {self.index_file_size} bytes must not exceed {JAVA_INT_MAX}", "max_index_num")
         if not _DELETE_WHEN.match(self.delete_when):
-            raise ConfigError(f"delete_when = {self.delete_when!r}: must be two-digit hours "
-                              "00-23 separated by ';', e.g. '04' or '04;16'", "delete_when")
+            raise ConfigError(f"delete_when = {self.delete_when!r}: must be hours 0-23 "
+                              "separated by ';', e.g. '04' or '04;16'", "delete_when")
         _parse_host_port("store_host", self.store_host, ip_literal=True)
         if self.ha_master_address:
             _parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
