@@ -183,6 +183,8 @@ class StoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_warning_level_ratio: int = 90
     disk_space_clean_forcibly_ratio: int = 85
+    # Accepted, without effect: segments are unlinked, and a process that still maps one
+    # keeps its view (Linux), so there is nothing to pace, to destroy forcibly or to delete again.
     delete_commit_log_files_interval: int = 100
     delete_consume_queue_files_interval: int = 100
     destroy_mapped_file_interval_forcibly: int = 120000
