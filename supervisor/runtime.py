@@ -266,11 +266,17 @@ def write_address(config, address: str) -> None:
 
 
 def clear_run(config) -> None:
-    """Remove what says a store runs here: run/address, run/control, run/supervisor.pid."""
-    for name in ("address", "control", "supervisor.pid"):
+    """Empty run/ (with the store lock held and no service running): the files that say a store
+    runs here (address, control, supervisor.pid) and what the services used (config.json,
+    endpoints.json, the ipc sockets)."""
+    try:
+        names = os.listdir(config.run_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
         try:
             os.unlink(os.path.join(config.run_dir, name))
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):
             pass
 
 
