@@ -12,7 +12,9 @@ the next run continues where this one stopped; when the output is closed early (
 the messages of the batch being written are not committed and are read again next time.
 
 Output: one line per message, `QUEUE:OFFSET<TAB>TAGS<TAB>KEYS<TAB>BODY` (`-` for no tags or
-keys, the body as UTF-8 with undecodable bytes escaped); with `--json` one JSON object per
+keys, the body as UTF-8; in each field a backslash, control characters and bytes that are
+not UTF-8 are escaped as `\\\\`, `\\t`, `\\n`, `\\r`, `\\xNN` (C1 controls `\\u0080`..`\\u009f`),
+so that a message is one line); with `--json` one JSON object per
 line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
 timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
 standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
@@ -32,6 +34,7 @@ from ipc.connection import MQError
 from ipc.consumer import Consumer
 from ipc.received import message_to_dict
 from supervisor.cli import UsageError
+from supervisor.printable import printable, printable_body
 from supervisor.cmd_status import (
     NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
     locate,
@@ -65,8 +68,8 @@ def add_parser(subparsers):
 
 
 def _text(m) -> str:
-    body = bytes(m.body).decode("utf-8", "backslashreplace").replace("\n", "\\n")
-    return f"{m.queue_id}:{m.queue_offset}\t{m.tags or '-'}\t{m.keys or '-'}\t{body}"
+    tags, keys = printable(m.tags) if m.tags else "-", printable(m.keys) if m.keys else "-"
+    return f"{m.queue_id}:{m.queue_offset}\t{tags}\t{keys}\t{printable_body(m.body)}"
 
 
 def _json(m) -> str:

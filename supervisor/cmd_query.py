@@ -8,7 +8,8 @@ epoch; the index keeps store times to the second, as RocketMQ's does, so a messa
 by its store time with the milliseconds dropped). `--id` finds one message by its offset message id (the `msgId` that produce prints);
 `--offset` reads the message stored at that CommitLog offset.
 
-Prints each message as a block of fields, or with `--json` one JSON object per line (as
+Prints each message as a block of fields (control characters escaped, as `mqstore consume`
+shows them), or with `--json` one JSON object per line (as
 `mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
 the store is not running), 2 for --key without --topic, an empty --key, --topic, --max, --begin or --end with
 --id or --offset (they narrow a search by key only), --begin after --end, or a value the store
@@ -26,6 +27,7 @@ from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict
 from supervisor.cli import UsageError
+from supervisor.printable import printable, printable_body
 from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
 
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
@@ -55,15 +57,16 @@ def _when(ms: int) -> str:
 
 def describe(m) -> str:
     body = bytes(m.body)
-    text = body.decode("utf-8", "backslashreplace")
-    props = " ".join(f"{k}={v}" for k, v in sorted(m.properties.items())) or "-"
+    text = printable_body(body[:2000])
+    props = printable(" ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))) or "-"
     rows = [
         ("msgId", m.msg_id), ("topic", m.topic), ("queue", f"{m.queue_id} offset {m.queue_offset}"),
         ("phys offset", f"{m.commit_log_offset} ({m.store_size} bytes)"),
-        ("tags", m.tags or "-"), ("keys", m.keys or "-"), ("properties", props),
+        ("tags", printable(m.tags) if m.tags else "-"), ("keys", printable(m.keys) if m.keys else "-"),
+        ("properties", props),
         ("born", f"{_when(m.born_timestamp)} from {host_text(m.born_host)}"),
         ("stored", f"{_when(m.store_timestamp)} at {host_text(m.store_host)}"),
-        ("body", f"{len(body)} bytes: {text[:2000]}{'...' if len(text) > 2000 else ''}"),
+        ("body", f"{len(body)} bytes: {text}{'...' if len(body) > 2000 else ''}"),
     ]
     return "\n".join(f"{name + ':':<13}{value}" for name, value in rows)
 

@@ -64,3 +64,12 @@ def test_follow_through_store_follows_a_store_restarted_on_new_ports(tmp_path):
         assert follow.returncode == 0, err
     finally:
         s.ensure_stopped()
+
+
+def test_each_message_is_one_line_with_its_control_characters_escaped(store):
+    with Producer(store.address) as p:
+        assert p.send("Ctl", b"a\tb\x1b[31m\nc\\d\xff", tags="T\x07", queue_id=0).ok
+    cli = [sys.executable, "-m", "supervisor.cli", "consume", "--topic", "Ctl", "--group", "g",
+           "--queues", "0", "--address", store.address]
+    run = subprocess.run(cli, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.stdout == "0:0\tT\\x07\t-\ta\\tb\\x1b[31m\\nc\\\\d\\xff\n", run.stdout
