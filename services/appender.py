@@ -43,6 +43,7 @@ from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
+from core.put_refusal import refusal_reason
 from core.topics import TopicTable, is_system_topic, queue_count_problem, topic_name_problem
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack, unpack
@@ -340,7 +341,8 @@ class Appender(ServiceLoop):
                           f"{req.body_bytes} bytes of bodies are over max_message_size {self.max_size}"})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
-            return [pack({"rid": rid, "status": recs.value})]
+            reason = refusal_reason(req.messages, recs, self.max_size, batch, req.bodies, req.uniq_keys)
+            return [pack({"rid": rid, "status": recs.value, "reason": reason})]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             fields = {"rid": rid, "status": append_status_to_put(result.status).value}

@@ -114,6 +114,10 @@ def test_refused_messages_are_statuses(store, producer):
                     [Message("big", b"%d" % i, properties={"DELAY": "2"}) for i in range(3)]):   # in a batch
         r = producer.send_batch("big", delayed, queue_id=0)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and not r.msg_ids
+        assert r.reason.startswith("message 0 of the batch: a batch takes no delay level"), r
+    for kw in ({"keys": "a\x01b"}, {"tags": "t\x02"}, {"properties": {"p": "\x01"}}):
+        r = producer.send("big", b"x", **kw)            # RocketMQ's separators: refused, and why
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "\\x01 or \\x02" in r.reason, r
     with pytest.raises(TypeError):
         producer.send("big", 12345)
     assert producer.send("big", b"fine").ok                     # nothing above broke the producer
