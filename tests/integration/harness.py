@@ -6,6 +6,10 @@ the same order. Leaving the `with` block stops them (SIGTERM, then SIGKILL) and 
 control block."""
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+
 import time
 
 import zmq
@@ -109,3 +113,20 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01):
             return True
         time.sleep(interval)
     return False
+
+
+@contextlib.contextmanager
+def small_tmpfs(parent, size: str):
+    """A tmpfs of `size` (mount's size=, e.g. "8m") mounted under `parent`, unmounted after;
+    the test is skipped where it cannot be mounted (not root, no mount permission)."""
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    mnt = parent / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])

@@ -3,13 +3,10 @@
 space_full), and takes them again once space is freed, as RocketMQ's isSpaceFull does."""
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
 from ipc import Producer
-from tests.integration.harness import wait_for
+from tests.integration.harness import small_tmpfs, wait_for
 from tests.integration.supervised import SupervisedStore
 
 pytestmark = pytest.mark.timeout(120)
@@ -17,14 +14,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def small_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
+    with small_tmpfs(tmp_path, "8m") as mnt:
+        yield mnt
 
 
 def test_puts_stop_over_the_warning_ratio_and_resume_when_space_is_freed(tmp_path, small_fs):

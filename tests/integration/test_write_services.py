@@ -24,7 +24,7 @@ from core.topics import TopicTable
 from ipc.control_block import Word
 from ipc.protocol import ErrorCode, unpack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
-from tests.integration.harness import RawClient, ServiceHarness, wait_for
+from tests.integration.harness import RawClient, ServiceHarness, small_tmpfs, wait_for
 
 WRITE = ["allocator", "flusher", "appender"]
 WRITE_POOL = ["allocator", "flusher", "committer", "appender"]
@@ -433,13 +433,7 @@ def test_appender_killed_mid_stream_loses_nothing_acknowledged(config, pool):
 
 
 def test_disk_full_then_space_again(config, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=448k", "tmpfs", str(mnt)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with small_tmpfs(tmp_path, "448k") as mnt:
         cfg = config(store_path_root_dir=str(mnt / "store"))
         with ServiceHarness(cfg, WRITE) as h:
             c = RawClient(h.endpoint("appender"))
@@ -458,8 +452,6 @@ def test_disk_full_then_space_again(config, tmp_path):
             c.close()
         assert len(read_back(cfg, "D", 0)) == len(statuses)
         assert_clean(cfg)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)])
 
 
 def test_stats_events_reach_the_supervisor_socket(config):
