@@ -444,6 +444,7 @@ def main(argv=None) -> int:
     try:
         write = L.write_limit(root, 256 * L.MiB)
         say(f"disk write limit (256 MiB, os.write 1 MiB chunks + fdatasync): {write.mb_per_s:,.0f} MB/s")
+        growth = L.page_growth(root, 2 * L.GROWTH_BYTES)   # every new byte the log keeps pays it
         if have_redis:
             say("Redis Streams ...")
             redis = run_redis(root, plan)
@@ -472,13 +473,16 @@ def main(argv=None) -> int:
           f"sizes to a bare pyzmq echo in another process (no store in it: the machine's floor "
           f"for a put). ratio = our msgs/s / Redis msgs/s.")
     print(f"disk write limit measured at the start: {write.mb_per_s:,.0f} MB/s")
+    print(f"page cache growth measured at the start (a 1 GiB file): {min(growth):.2f} us of CPU per "
+          f"new 4 KiB page while recently freed memory lasts, {max(growth):.2f} us after it = "
+          f"{max(growth) * BATCH / 4:.0f} us per batch of {BATCH} x 1 KiB (a store keeps what it writes cached)")
     print()
     print_foreign(cpu_use)
     print(f"total {elapsed:.0f} s")
     if args.json:
         L.write_json(args.json, {
             "benchmark": "pipeline", "mode": "quick" if args.quick else "full", "machine": machine,
-            "disk": disk, "write_limit_mb_per_s": write.mb_per_s, "elapsed_seconds": elapsed,
+            "disk": disk, "write_limit_mb_per_s": write.mb_per_s, "page_growth_us_per_page": growth, "elapsed_seconds": elapsed,
             "cpu_use": cpu_use, "plan": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
                                          for k, v in vars(plan).items()},
             "redis": {f"{size}/{fsync}": v for (size, fsync), v in (redis or {}).items()},
