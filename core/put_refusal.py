@@ -8,11 +8,10 @@ puts, so it may be slow and plain.
 """
 from __future__ import annotations
 
-from core.codec import MAX_PROPERTIES_BYTES
-from core.message import (
-    KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK,
-    has_delay_level,
-)
+import dataclasses
+
+from core.codec import MAX_PROPERTIES_BYTES, _properties_string
+from core.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
 SEPARATORS = ("\x01", "\x02")
@@ -47,29 +46,37 @@ def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | N
         return "a batch takes no transaction message, as RocketMQ's"
     if len(body) > max_message_size:
         return f"the body is {len(body)} bytes, over max_message_size {max_message_size}"
-    texts = _texts(msg, uniq_key)
-    for what, text in texts:
+    for what, text in _texts(msg, uniq_key):
         if any(s in text for s in SEPARATORS):
             return (f"{what} holds \\x01 or \\x02, the separators of RocketMQ's property string; "
                     "they may not appear in tags, keys or properties")
-    props = sum(len(t.encode("utf-8", "surrogatepass")) + 1 for what, t in texts if what != "the topic")
-    if props > MAX_PROPERTIES_BYTES:
-        return f"the properties are {props} bytes, over {MAX_PROPERTIES_BYTES}"
+    size = _properties_bytes(msg, uniq_key)
+    if size is not None and size > MAX_PROPERTIES_BYTES:
+        return f"the properties are {size} bytes, over {MAX_PROPERTIES_BYTES}"
     return None
+
+
+def _properties_bytes(msg, uniq_key) -> int | None:
+    """The length of the record's property string, as the encoder builds it (None: it cannot)."""
+    if uniq_key is not None:
+        msg = dataclasses.replace(msg, properties={**(msg.properties or {}), PROPERTY_UNIQ_KEY: uniq_key})
+    try:
+        return len(_properties_string(msg)[0].encode("utf-8", "surrogatepass"))
+    except (TypeError, AttributeError):
+        return None
 
 
 def _texts(msg, uniq_key) -> list:
     """(what, text) of every string that goes into the record's topic and property string."""
     out = [("the topic", msg.topic)]
     if msg.tags:
-        out += [("the tags", str(msg.tags)), ("", PROPERTY_TAGS)]
+        out.append(("the tags", str(msg.tags)))
     keys = msg.keys
     if keys:
-        out += [("the keys", keys if isinstance(keys, str) else KEY_SEPARATOR.join(map(str, keys))),
-                ("", PROPERTY_KEYS)]
+        out.append(("the keys", keys if isinstance(keys, str) else KEY_SEPARATOR.join(map(str, keys))))
     for name, value in (msg.properties or {}).items():
         if value is not None and not (uniq_key is not None and name == PROPERTY_UNIQ_KEY):
             out += [(f"property name {name!r}", str(name)), (f"property {name!r}", str(value))]
     if uniq_key is not None:
-        out += [("the UNIQ_KEY", str(uniq_key)), ("", PROPERTY_UNIQ_KEY)]
+        out.append(("the UNIQ_KEY", str(uniq_key)))
     return out

@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-
 import time
 
+import pytest
 import zmq
 
 from core import MessageStore
@@ -119,7 +119,6 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01):
 def small_tmpfs(parent, size: str):
     """A tmpfs of `size` (mount's size=, e.g. "8m") mounted under `parent`, unmounted after;
     the test is skipped where it cannot be mounted (not root, no mount permission)."""
-    import pytest
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a small tmpfs")
     mnt = parent / "small"
