@@ -24,7 +24,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _pipeline_side import BATCH, BATCH_WINDOW_ONE, StoreProcess, produce_worker  # noqa: E402
+from _pipeline_side import (  # noqa: E402
+    BATCH, BATCH_WINDOW_ONE, StoreProcess, produce_worker, worker_ready,
+)
 
 TICK = os.sysconf("SC_CLK_TCK")
 LEAD_IN = 2.5                       # seconds of the run before the window opens
@@ -73,11 +75,11 @@ def main(argv=None) -> int:
     try:
         pids = store.pids()
         with multiprocessing.get_context("spawn").Pool(1) as pool:
+            pids["producer"] = pool.apply(worker_ready, (0,))       # the pool's one process
             start_at = time.monotonic() + 2.0
             job = pool.apply_async(produce_worker, (store.address, args.size, True, start_at,
                                                     args.seconds, False, BATCH_WINDOW_ONE))
             time.sleep(LEAD_IN)
-            pids["producer"] = pool._pool[0].pid
             before = {name: thread_times(pid) for name, pid in pids.items()}
             busy0, all0 = machine_busy()
             opened = time.monotonic()
