@@ -17,6 +17,7 @@ from core.codec import (
     QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
+from core.cache_window import UnmapBehind
 from core.crc import crc32
 from core.record_encode import (
     _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
@@ -56,6 +57,7 @@ class CommitLog:
         self._target = None               # where its bytes go: its mapping or its pool buffer
         self._prefault: PrefaultAhead | None = None     # started with the first append
         self._prefault_at = 0             # the physical offset past which appends tell it again
+        self._unmap = UnmapBehind(self.queue, config.page_cache_window_commitlog)
 
     # -- append --------------------------------------------------------------------------
     def prepare(self, msg):
@@ -230,7 +232,9 @@ class CommitLog:
 
     def _prefault_wrote(self, mf, position: int) -> None:
         """Tell the prefault thread where the writer is; the appends call this again only once
-        they pass `_prefault_at`."""
+        they pass `_prefault_at`. Zaps this process's mapping of what is a page cache window
+        behind (core.cache_window)."""
+        self._unmap.advance(mf.file_from_offset + position)
         if self._prefault is None:
             self._prefault_at = NEVER
         else:

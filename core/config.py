@@ -73,7 +73,7 @@ _ZERO_ALLOWED = (
     "commit_commitlog_least_pages", "commit_commitlog_thorough_interval",
     "flush_consume_queue_least_pages", "flush_consume_queue_thorough_interval",
     "delete_commit_log_files_interval", "delete_consume_queue_files_interval",
-    "destroy_mapped_file_interval_forcibly")
+    "destroy_mapped_file_interval_forcibly", "page_cache_window_commitlog")
 _INT_BOUNDS = {  # key: (lowest, highest or None)
     "mapped_file_size_commitlog": (MIN_SEGMENT_SIZE, JAVA_INT_MAX),
     "mapped_file_size_consume_queue": (CQ_STORE_UNIT_SIZE, JAVA_INT_MAX),
@@ -194,6 +194,7 @@ class StoreConfig:
     default_topic_queue_nums: int = 4
     store_host: str = "127.0.0.1:10911"
     max_mapped_files: int = 16
+    page_cache_window_commitlog: int = 0          # bytes; core/cache_window.py (0: the kernel's)
     listen_port: int = 10911
 
     def __new__(cls, *args, **kwargs):

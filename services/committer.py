@@ -22,6 +22,7 @@ import time
 
 import zmq
 
+from core.cache_window import UnmapBehind
 from core.least_pages import LeastPages
 from ipc.control_block import Word
 from ipc.protocol import pack
@@ -46,6 +47,7 @@ class Committer(ServiceLoop):
         self.next_commit = 0.0
         self.committed = cb.get(Word.COMMITTED)
         self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=True)
+        self.unmap = UnmapBehind(self.segments, config.page_cache_window_commitlog)
         self.latency = Histogram()
 
     def setup(self) -> None:
@@ -93,6 +95,7 @@ class Committer(ServiceLoop):
             self.committed = committed
             self.cb.set(Word.COMMITTED, committed)
             self.cb.raise_to(Word.CONFIRM, committed)
+            self.unmap.advance(committed)
             try:
                 self.flush_push.send(pack({"op": "flush", "upto": committed}), zmq.NOBLOCK)
             except zmq.ZMQError:

@@ -29,6 +29,7 @@ import time
 
 import zmq
 
+from core.cache_window import UnmapBehind
 from core.readonly_views import CommitLogView, ConsumeQueueStoreView, IndexView
 from core.status import GetMessageResult, GetMessageStatus
 from core.topics import TopicTable, TopicTableError
@@ -55,6 +56,7 @@ class Reader(ServiceLoop):
         cfg, cb = self.config, self.cb
         self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
                                        cfg.max_mapped_files)
+        self.unmap = UnmapBehind(self.commitlog.queue, cfg.page_cache_window_commitlog)
         self.cqs = ConsumeQueueStoreView(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
                                          # entries are trusted only for records this view of
                                          # the log can read (its end is CONFIRM as last synced)
@@ -144,7 +146,9 @@ class Reader(ServiceLoop):
     def _sync_bounds(self) -> None:
         cb = self.cb
         self.commitlog.set_min(cb.get(Word.MIN_PHY))
-        self.commitlog.set_end(cb.get(Word.CONFIRM))
+        confirm = cb.get(Word.CONFIRM)
+        self.commitlog.set_end(confirm)
+        self.unmap.advance(confirm)
         version = cb.get(Word.TOPICS_VERSION)
         if version != self._topics_version:
             self._topics_version = version

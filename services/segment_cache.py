@@ -23,6 +23,14 @@ class SegmentCache:
             mf = self._open[start] = MappedFile(path, self.file_size, REAL_FILE_OPS, self.writable)
         return mf
 
+    @property
+    def files(self) -> list[MappedFile]:
+        """The open segments (core.cache_window.UnmapBehind walks them)."""
+        return list(self._open.values())
+
+    def hold(self, mf: MappedFile):
+        return mf.hold()
+
     def drop(self, start: int) -> None:
         """Forget a finished segment (its transient buffer too) and unmap it."""
         mf = self._open.pop(start, None)

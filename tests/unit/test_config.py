@@ -120,6 +120,7 @@ def test_enums_accept_any_case():
     ("broker_role", "MASTER", "ASYNC_MASTER, SYNC_MASTER, SLAVE"),
     ("flush_interval_commitlog", 0, "at least 1"),
     ("flush_commitlog_least_pages", -1, "at least 0"),
+    ("page_cache_window_commitlog", -1, "at least 0"),
     ("sync_flush_timeout", -5, "at least 1"),
     ("max_mapped_files", 3, "at least 4"),
     ("max_index_num", 1, "between 2"),
