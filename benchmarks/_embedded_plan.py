@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from core import Message
+from _limits import size_name  # noqa: F401  (embedded.py takes it from here)
 
 TOPIC = "BenchTopic"
 TAGS = "TagA"
@@ -64,10 +65,6 @@ def scaled(plan: Plan, x: float) -> Plan:
 
 def say(msg: str) -> None:
     print(msg, flush=True)
-
-
-def size_name(body: int) -> str:
-    return "1KiB" if body == 1024 else f"{body}B"
 
 
 # ---- messages --------------------------------------------------------------------------

@@ -41,6 +41,12 @@ from core.crc import crc32 as body_crc32      # the store's own CRC routine, so 
 
 MB = 1_000_000                      # rates are printed in decimal MB/s, like dd
 MiB = 1 << 20
+
+
+def size_name(body: int) -> str:
+    """A body size as the tables name it: 1KiB, 100B."""
+    return "1KiB" if body == 1024 else f"{body}B"
+
 MADV_POPULATE_WRITE = 23            # Linux 5.14+
 RECORD_HEADER = struct.Struct(">iiiiiqqiqqqqiqi")   # 88 bytes: TOTALSIZE .. BODYLENGTH
 MAGIC_V1 = -626843481               # 0xDAA320A7

@@ -10,6 +10,7 @@ the one a faster machine would speed up first. The last line adds it up and sets
 what the whole machine was busy with in the same window.
 
     .venv/bin/python benchmarks/cpu_per_batch.py [--flush ASYNC_FLUSH|SYNC_FLUSH] [--seconds 10]
+        [--cache-window MIB]
 """
 from __future__ import annotations
 
@@ -67,11 +68,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="length of the producer's run (default 10; the window is the run less 3.5 s)")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
+    parser.add_argument("--cache-window", type=int, default=0, metavar="MIB",
+                        help="the store's page_cache_window_commitlog in MiB (default 0: off)")
     args = parser.parse_args(argv)
     if args.seconds < 5:
         parser.error("--seconds must be at least 5 (the window opens 2.5 s into the run)")
     root = tempfile.mkdtemp(prefix="mqstore-cpu-")
-    store = StoreProcess(os.path.join(root, "run"), args.flush).start()
+    store = StoreProcess(os.path.join(root, "run"), args.flush, args.cache_window << 20).start()
     try:
         pids = store.pids()
         with multiprocessing.get_context("spawn").Pool(1) as pool:

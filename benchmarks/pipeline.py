@@ -1,10 +1,11 @@
 """The whole system over ZeroMQ (`mqstore start` as a subprocess, the client library in
 producer processes) beside Redis Streams measured in the same run on the same machine.
 
-    .venv/bin/python benchmarks/pipeline.py [--quick] [--json FILE] [--dir DIR]
+    .venv/bin/python benchmarks/pipeline.py [--quick] [--json FILE] [--dir DIR] [--cache-window MIB]
 
 Produce runs, each on a fresh store started with `mqstore start --store DIR --port 0` (RocketMQ's
-default configuration except `flush_disk_type`), topic `BenchTopic` with 4 queues:
+default configuration except `flush_disk_type`, and `page_cache_window_commitlog` with
+--cache-window: docs/SERVICES.md, page cache window), topic `BenchTopic` with 4 queues:
 for 100-byte and 1 KiB bodies, ASYNC_FLUSH and SYNC_FLUSH, single messages (`send_async`,
 SINGLE_WINDOW requests in flight per producer, queues round robin) and batches of 100
 (`send_batch_async`, 50 in flight for one producer, 4 each for 16: `batch_window`; one queue
@@ -31,7 +32,9 @@ Redis (7.x, `redis-server` and `redis-benchmark` from the PATH) runs on a free p
 temporary directory, `appendonly yes`, `save ""`, `auto-aof-rewrite-percentage 0` and
 `appendfsync everysec` (the peer of ASYNC_FLUSH) or `always` (the peer of SYNC_FLUSH):
     redis-benchmark -h 127.0.0.1 -p PORT -n N -c 50 -P 100 --csv XADD s '*' f <V>
-with V a literal value of the body size, then, on the stream it left,
+with V a literal value of the body size and N set so that it runs as long as our produce runs
+(a first run of redis_xadd[size] XADDs on a server of its own gives the rate), then, on the
+stream it left,
     redis-benchmark -h 127.0.0.1 -p PORT -n M -c 1 -P 1 --csv XRANGE s - + COUNT 100
 (messages/s = requests/s x 100). Both reads, ours and XRANGE, are run READ_REPEATS (3) times and
 the median is printed: a single read of under a second moved 1.5x from run to run on a 2-core VM
@@ -47,6 +50,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -64,12 +68,13 @@ for _p in (REPO, HERE):
         sys.path.insert(0, _p)
 
 import _limits as L                                                           # noqa: E402
+from _limits import size_name                                                 # noqa: E402
 from _pipeline_side import (                                                  # noqa: E402
     BATCH, BATCH_WINDOW_MANY, BATCH_WINDOW_ONE, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess,
     batch_window, consume, percentile, produce_worker, warm_worker, worker_ready,
 )
 from _echo_floor import EchoServer, echo_worker                               # noqa: E402
-from _redis_peer import RedisServer                                           # noqa: E402
+from _redis_peer import print_redis, timed_xadd                               # noqa: E402
 
 MANY = 16
 READ_REPEATS = 3                 # reads (ours and XRANGE) per case; the median is kept
@@ -111,6 +116,7 @@ class Plan:
     probe_s: float = 2.0
     redis_xadd: dict = field(default_factory=lambda: {100: 1_000_000, 1024: 400_000})
     redis_xrange: int = 20_000
+    cache_window: int = 0           # the stores' page_cache_window_commitlog (bytes)
 
 
 FULL = Plan()
@@ -122,10 +128,6 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def size_name(n: int) -> str:
-    return "1KiB" if n == 1024 else f"{n}B"
-
-
 # ---- Redis ---------------------------------------------------------------------------------
 
 def redis_available() -> bool:
@@ -133,24 +135,23 @@ def redis_available() -> bool:
 
 
 def run_redis(root: str, plan: Plan) -> dict:
-    """{(size, appendfsync): {"xadd": ..., "xrange": ...}}"""
+    """{(size, appendfsync): {"xadd": ..., "xrange": ...}}: XADD for as long as our produce
+    runs last (_redis_peer.timed_xadd), then XRANGE on the stream it left."""
     out = {}
     for fsync in ("everysec", "always"):
-        server = RedisServer(os.path.join(root, f"redis-{fsync}"), fsync)
-        try:
-            for size in plan.sizes:
-                server.command("DEL", "s")
-                value = "v" * size
-                xadd = server.bench(plan.redis_xadd[size], 50, 100, "XADD", "s", "*", "f", value)
+        for size in plan.sizes:
+            server, xadd = timed_xadd(root, fsync, size, plan.redis_xadd[size], plan.produce_s)
+            try:
                 xrange = median_by([server.bench(plan.redis_xrange, 1, 1, "XRANGE", "s", "-", "+",
                                                  "COUNT", "100") for _ in range(READ_REPEATS)],
                                    lambda r: r["rps"])
-                out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
-                say(f"  redis {fsync} {size_name(size)}: XADD {L.fmt_rate(xadd['rps'])}/s, "
-                    f"XRANGE COUNT 100 {L.fmt_rate(xrange['rps'] * 100)} msgs/s")
-        finally:
-            server.stop()
-            shutil.rmtree(server.dir, ignore_errors=True)
+            finally:
+                server.stop()
+                shutil.rmtree(server.dir, ignore_errors=True)
+            out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
+            say(f"  redis {fsync} {size_name(size)}: XADD {L.fmt_rate(xadd['rps'])}/s "
+                f"({xadd['n']:,} in {xadd['n'] / xadd['rps']:.1f} s), "
+                f"XRANGE COUNT 100 {L.fmt_rate(xrange['rps'] * 100)} msgs/s")
     return out
 
 
@@ -272,7 +273,8 @@ class PipelineBench:
 
     def fresh_store(self, flush: str) -> StoreProcess:
         self.runs += 1
-        store = StoreProcess(os.path.join(self.root, f"store-{self.runs}"), flush).start()
+        store = StoreProcess(os.path.join(self.root, f"store-{self.runs}"), flush,
+                             self.plan.cache_window).start()
         from ipc import Admin
         with Admin(store.address) as admin:
             admin.create_topic(TOPIC, QUEUES)
@@ -398,16 +400,6 @@ def print_table(rows: list[Row], file=sys.stdout) -> None:
     L.print_aligned(header, body, {1, 2, 3, 4, 6, 7}, file)
 
 
-def print_redis(redis: dict, file=sys.stdout) -> None:
-    print("Redis Streams, same run (redis-benchmark; latencies are per pipelined request):", file=file)
-    for (size, fsync), r in sorted(redis.items()):
-        x, g = r["xadd"], r["xrange"]
-        print(f"  {size_name(size):>4} appendfsync {fsync:<8}  XADD -n {x['n']} -c 50 -P 100: "
-              f"{x['rps']:,.0f} msgs/s = {x['rps'] * size / L.MB:,.1f} MB/s (p50 {x['p50_ms']:.2f} / "
-              f"p99 {x['p99_ms']:.2f} ms);  XRANGE - + COUNT 100 -n {g['n']} -c 1: "
-              f"{g['rps']:,.0f} req/s = {g['rps'] * 100:,.0f} msgs/s", file=file)
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description="Produce/consume throughput and put latency of a running mqstore (mqstore "
@@ -415,6 +407,9 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="1 KiB bodies only and shorter runs: about a minute instead of 3-6")
     ap.add_argument("--json", metavar="FILE", help="also write every result to FILE as JSON")
+    ap.add_argument("--cache-window", type=int, default=0, metavar="MIB",
+                    help="run the stores with page_cache_window_commitlog = MIB MiB (default 0: "
+                         "RocketMQ's default, the kernel keeps the page cache)")
     ap.add_argument("--dir", default=None,
                     help="parent directory of the temporary stores (a real disk; default: the "
                          "system temp directory)")
@@ -423,11 +418,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(QUICK if args.quick else FULL, cache_window=args.cache_window << 20)
     parent = os.path.abspath(args.dir or tempfile.gettempdir())
     os.makedirs(parent, exist_ok=True)
     machine, disk = L.machine_info(), L.disk_info(parent, REPO)
     L.print_machine(machine, disk)
+    print(f"stores: RocketMQ's default configuration, flush_disk_type as each row says"
+          + (f", page_cache_window_commitlog = {args.cache_window} MiB" if args.cache_window else ""))
     if disk["fs_type"] in ("tmpfs", "ramfs", "devtmpfs"):
         print(f"error: {parent} is on {disk['fs_type']}; use --dir on a real disk", file=sys.stderr)
         return 2
