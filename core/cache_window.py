@@ -6,18 +6,21 @@ Every byte a store appends is a new page of page cache, and the kernel keeps it 
 runs short. While free memory lasts, each new page is memory the machine has not used lately;
 on a virtual machine whose free memory goes back to the host (virtio-balloon free page
 reporting) the first write of such a page costs ~9 us of kernel CPU per 4 KiB, about a quarter
-of a 1 KiB put's whole cost (benchmarks/README.md). Dropping pages once they are flushed,
-dispatched and `window` bytes behind gives the kernel pages back at the rate new ones are
+of a 1 KiB put's whole cost (benchmarks/README.md). Dropping pages once they are dispatched
+and `window` bytes behind gives the kernel pages back at the rate new ones are
 needed, so that new ones are the ones just freed (~1 us per page here). Reads of older
 messages then come from the disk, as RocketMQ's reads past `access_message_in_memory_max_ratio`.
 
 The kernel drops a page of the page cache (POSIX_FADV_DONTNEED) only when it is clean and no
 process maps it, so the work is split:
-- `UnmapBehind`: each process that maps CommitLog segments (appender, reput, reader) zaps its
-  own page table entries below its position minus the window (MADV_DONTNEED: on a shared file
-  mapping the data stays in the file and in the page cache; a later read faults it back);
-- `DropBehind`: the flusher drops the cached pages below min(FLUSHED, DISPATCHED) minus the
-  window, again over the last `RETRY` bytes for pages a process had not unmapped yet.
+- `UnmapBehind`: each process that maps CommitLog segments (appender or committer, reput,
+  reader) zaps its own page table entries below its position minus the window (MADV_DONTNEED:
+  on a shared file mapping the data stays in the file and in the page cache; a later read
+  faults it back);
+- `DropBehind`: the reput process, which wakes every few milliseconds, drops the cached pages
+  below DISPATCHED minus the window. A page not flushed yet is not dropped: the call starts its
+  writeback (the flusher's fdatasync still decides FLUSHED), and each step covers the last two
+  windows again (`retry`), which drops it then, and pages a process had not unmapped yet.
 Both move in steps of `STEP` bytes, so the calls are few (one per 8 MiB appended).
 """
 from __future__ import annotations

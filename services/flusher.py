@@ -34,7 +34,6 @@ import time
 
 import zmq
 
-from core.cache_window import DropBehind
 from core.checkpoint import StoreCheckpoint
 from core.fileops import REAL_FILE_OPS
 from core.least_pages import LeastPages
@@ -73,8 +72,6 @@ class Flusher(ServiceLoop):
         self.checkpointed = None
         self.next_checkpoint = 0.0
         self.latency = Histogram()
-        self.drop = DropBehind(config.commitlog_dir, self.file_size, config.page_cache_window_commitlog,
-                               self.flushed)
 
     def setup(self) -> None:
         self.checkpoint = StoreCheckpoint(self.config.checkpoint_path, REAL_FILE_OPS)
@@ -136,7 +133,6 @@ class Flusher(ServiceLoop):
             if flushed == target and store_ts:
                 cb.raise_to(Word.PHYSIC_TS, store_ts)
             self.pub.send(pack({"flushed": flushed}))
-        self.drop.advance(min(self.flushed, cb.get(Word.DISPATCHED)))
 
     def write_checkpoint(self, force: bool) -> None:
         cb = self.cb

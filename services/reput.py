@@ -52,7 +52,7 @@ from core.consume_queue_store import ConsumeQueueStore
 from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS, Dispatcher, DispatchStop
 from core.fileops import REAL_FILE_OPS
 from core.index_service import IndexService
-from core.cache_window import UnmapBehind
+from core.cache_window import DropBehind, UnmapBehind
 from core.readonly_views import CommitLogView
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import pack
@@ -78,6 +78,8 @@ class Reput(ServiceLoop):
         self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
                                        cfg.max_mapped_files)
         self.unmap = UnmapBehind(self.commitlog.queue, cfg.page_cache_window_commitlog)
+        self.drop = DropBehind(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
+                               cfg.page_cache_window_commitlog, cb.get(Word.DISPATCHED))
         self.cq_store = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
                                           REAL_FILE_OPS)
         self.cq_store.load()
@@ -160,6 +162,7 @@ class Reput(ServiceLoop):
         self.reput_from = reached
         cb.raise_to(Word.DISPATCHED, reached)
         self.unmap.advance(reached)
+        self.drop.advance(reached)
         self._publish()
         return reached > start
 
