@@ -74,26 +74,30 @@ class RedisServer:
                 self.proc.wait()
 
 
-def timed_xadd(root: str, fsync: str, size: int, probe_n: int, seconds: float) -> tuple[RedisServer, dict]:
-    """XADD of `size`-byte values for about `seconds`, as long as our produce runs last.
+def timed_xadd(root: str, fsync: str, size: int, chunk: int, seconds: float) -> tuple[RedisServer, dict]:
+    """XADD of `size`-byte values for `seconds`, as long as our produce runs last.
 
-    redis-benchmark takes a count, not a duration, so a first run of `probe_n` XADDs on a
-    server of its own gives the rate and the measured run, on a fresh server, sends
-    rate x `seconds` (at least `probe_n`): both sides then write for the same time, and grow
-    their memory and page cache as long (each new page costs more once the memory this VM
-    has at hand runs out: benchmarks/_limits.page_growth). Returns the server (still running,
-    holding the stream) and the measured run."""
+    redis-benchmark takes a count, not a duration, and Redis slows down as its stream and
+    AOF grow (each new page costs more once the memory this VM has at hand runs out:
+    benchmarks/_limits.page_growth; 1.84M XADDs of 1 KiB planned for 5 s took 12 s). So one
+    fresh server gets runs of `chunk` XADDs, then of what its last rate sends in half a
+    second, one after another on the same stream, until their time adds up to `seconds`;
+    the rate is all XADDs over that time (each run's own time, from its rate: the start-up
+    of redis-benchmark between runs is not counted), p50 the median run's, p99 the worst.
+    Returns the server (still running, holding the stream) and the result."""
     value = "v" * size
-    probe = RedisServer(os.path.join(root, f"redis-{fsync}-{size}-probe"), fsync)
-    try:
-        rate = probe.bench(probe_n, 50, 100, "XADD", "s", "*", "f", value)["rps"]
-    finally:
-        probe.stop()
-        shutil.rmtree(probe.dir, ignore_errors=True)
-    n = max(probe_n, int(rate * seconds) // 1000 * 1000)
     server = RedisServer(os.path.join(root, f"redis-{fsync}-{size}"), fsync)
     try:
-        return server, server.bench(n, 50, 100, "XADD", "s", "*", "f", value)
+        runs, spent, n = [], 0.0, chunk
+        while spent < seconds:
+            r = server.bench(n, 50, 100, "XADD", "s", "*", "f", value)
+            runs.append(r)
+            spent += n / r["rps"]
+            n = max(1000, int(r["rps"] * min(0.5, seconds - spent)) // 1000 * 1000)
+        total = sum(r["n"] for r in runs)
+        return server, {"rps": total / spent, "n": total, "runs": len(runs),
+                        "p50_ms": sorted(r["p50_ms"] for r in runs)[len(runs) // 2],
+                        "p99_ms": max(r["p99_ms"] for r in runs), "clients": 50, "pipeline": 100}
     except BaseException:
         server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
@@ -105,7 +109,7 @@ def print_redis(redis: dict, file=sys.stdout) -> None:
     print("Redis Streams, same run (redis-benchmark; latencies are per pipelined request):", file=file)
     for (size, fsync), r in sorted(redis.items()):
         x, g = r["xadd"], r["xrange"]
-        print(f"  {size_name(size):>4} appendfsync {fsync:<8}  XADD -n {x['n']} -c 50 -P 100: "
+        print(f"  {size_name(size):>4} appendfsync {fsync:<8}  XADD -n {x['n']} ({x['runs']} runs) -c 50 -P 100: "
               f"{x['rps']:,.0f} msgs/s = {x['rps'] * size / MB:,.1f} MB/s (p50 {x['p50_ms']:.2f} / "
               f"p99 {x['p99_ms']:.2f} ms);  XRANGE - + COUNT 100 -n {g['n']} -c 1: "
               f"{g['rps']:,.0f} req/s = {g['rps'] * 100:,.0f} msgs/s", file=file)
