@@ -21,7 +21,8 @@ process maps it, so the work is split:
   below DISPATCHED minus the window. A page not flushed yet is not dropped: the call starts its
   writeback (the flusher's fdatasync still decides FLUSHED), and each step covers the last two
   windows again (`retry`), which drops it then, and pages a process had not unmapped yet.
-Both move in steps of `STEP` bytes, so the calls are few (one per 8 MiB appended).
+Both move in steps of `STEP` bytes, so the calls are few (one per 8 MiB appended). The
+services do this; the embedded store (core.store) only lets go of its appender's mappings.
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ class UnmapBehind:
 
 
 class DropBehind:
-    """Drop the CommitLog's cached pages below a moving offset (the flusher's part)."""
+    """Drop the CommitLog's cached pages below a moving offset (reput's part)."""
 
     def __init__(self, commitlog_dir: str, file_size: int, window: int, start: int):
         self.dir = commitlog_dir
@@ -81,7 +82,8 @@ class DropBehind:
         self.done = _floor(start - window)
 
     def advance(self, safe: int) -> None:
-        """Bytes below `safe` are flushed and dispatched."""
+        """Bytes below `safe` are dispatched (a page not flushed yet stays, its writeback
+        started, and goes on a later step)."""
         if not self.window:
             return
         upto = _floor(safe - self.window)
