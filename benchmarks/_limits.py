@@ -120,23 +120,25 @@ def print_machine(info: dict, disk: dict | None = None, file=sys.stdout) -> None
               f"{disk['mount_point']}{same}), {disk['free_bytes'] / (1 << 30):.1f} GiB free", file=file)
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of the whole machine since boot (/proc/stat; idle and iowait are
+    not busy, guest time is not counted)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])
+    return total - idle, total
+
+
 class CpuContention:
     """How much CPU other processes used while this one ran: the machine is shared, and on
     2 CPUs a busy neighbour moves every number. `start()`, then `stop()` -> dict."""
-
-    @staticmethod
-    def _busy_and_total() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
-        total = sum(fields[:8])                                          # without guest time
-        return total - idle, total
 
     def start(self) -> "CpuContention":
         self.t0 = time.perf_counter()
         self.times0 = os.times()
         try:
-            self.busy0, self.total0 = self._busy_and_total()
+            self.busy0, self.total0 = machine_ticks()
         except (OSError, ValueError, IndexError):
             self.busy0 = None
         self.load0 = os.getloadavg()[0]
@@ -149,7 +151,7 @@ class CpuContention:
         out = {"wall_seconds": wall, "our_cpus": ours / wall if wall else 0.0,
                "loadavg_start": self.load0, "loadavg_end": os.getloadavg()[0]}
         if self.busy0 is not None:
-            busy, total = self._busy_and_total()
+            busy, total = machine_ticks()
             ticks = os.sysconf("SC_CLK_TCK")
             all_busy = (busy - self.busy0) / ticks
             out["all_cpus_busy"] = all_busy / wall if wall else 0.0

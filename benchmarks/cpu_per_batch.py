@@ -25,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _limits import machine_ticks  # noqa: E402
 from _pipeline_side import (  # noqa: E402
     BATCH, BATCH_WINDOW_ONE, StoreProcess, produce_worker, worker_ready,
 )
@@ -54,13 +55,6 @@ def thread_times(pid: int) -> dict:
     return out
 
 
-def machine_busy() -> tuple[int, int]:
-    """(busy ticks, all ticks) of the whole machine so far (/proc/stat)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:8]]
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
@@ -84,12 +78,12 @@ def main(argv=None) -> int:
                                                     args.seconds, False, BATCH_WINDOW_ONE))
             time.sleep(LEAD_IN)
             before = {name: thread_times(pid) for name, pid in pids.items()}
-            busy0, all0 = machine_busy()
+            busy0, all0 = machine_ticks()
             opened = time.monotonic()
             time.sleep(args.seconds - 1.0)
             window = time.monotonic() - opened
             after = {name: thread_times(pid) for name, pid in pids.items()}
-            busy1, all1 = machine_busy()
+            busy1, all1 = machine_ticks()
             result = job.get()
     finally:
         store.stop()
