@@ -8,11 +8,10 @@ wire protocol and the CLI print it, and still compares by identity.
 from __future__ import annotations
 
 import enum
-import sys
-from array import array
 from collections import namedtuple
 from dataclasses import dataclass, field
-from itertools import accumulate
+
+import numpy as np
 
 
 class PutMessageStatus(enum.StrEnum):
@@ -53,6 +52,9 @@ class GetMessageStatus(enum.StrEnum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
+_LAST_STARTS: list = [((), None)]   # [(record_sizes, each record's offset from the first)]
+
+
 class AppendMessageResult(namedtuple("AppendMessageResult", (
         "status", "wrote_offset", "wrote_bytes", "store_timestamp", "logics_offset", "msg_num",
         "store_host", "record_sizes"), defaults=(0, 0, 0, 0, 1, b"", ()))):
@@ -67,11 +69,16 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
 
     def offsets_hex(self) -> str:
         """Each record's physical offset as int64 in 16 upper-case hex digits, separated by
-        single spaces: one array and one hex call for a batch of any size."""
-        offsets = array("q", accumulate((self.record_sizes or (0,))[:-1], initial=self.wrote_offset))
-        if sys.byteorder == "little":
-            offsets.byteswap()
-        return offsets.tobytes().hex(" ", 8).upper()
+        single spaces: one array and one hex call for a batch of any size. The records'
+        offsets from the first are kept for the last `record_sizes` seen (a batch shape's
+        sizes are one tuple, `core.batch_encode`), so a batch like the last adds one number."""
+        sizes = self.record_sizes or (0,)
+        last = _LAST_STARTS[0]
+        if last[0] is not sizes:
+            starts = np.zeros(len(sizes), np.int64)
+            np.cumsum(sizes[:-1], out=starts[1:])
+            _LAST_STARTS[0] = last = (sizes, starts)    # one tuple: a thread sees one pair
+        return (last[1] + self.wrote_offset).astype(">i8").tobytes().hex(" ", 8).upper()
 
     @property
     def msg_ids(self) -> list:

@@ -43,3 +43,12 @@ def test_offsets_hex():
     assert r.offsets_hex() == "00000000000000FF 0000000000000100"
     single = AppendMessageResult(AppendMessageStatus.PUT_OK, (1 << 40), 158, 1, 0, 1, V4)
     assert single.offsets_hex() == "0000010000000000"
+
+
+def test_offsets_of_batches_of_other_sizes_in_turn():
+    a, b = (10,) * 5, (7, 300, 2)                 # the kept offsets are of the last sizes seen
+    for offset in (0, 1000, 1 << 41):
+        for sizes in (a, b, a, tuple(b), (5,)):
+            r = result(V4, offset, sizes)
+            starts = [offset + sum(sizes[:i]) for i in range(len(sizes))]
+            assert r.offsets_hex() == " ".join("%016X" % s for s in starts)
