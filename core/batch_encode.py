@@ -32,7 +32,8 @@ import numpy as np
 from core.codec import (
     MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
 )
-from core.crc import crc32
+from core.crc import crc32, crc32_for_size
+from core.key_block import KeyBlock, block_problem
 from core.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
@@ -158,16 +159,17 @@ class PreparedBatch:
 
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
-                          store_host_bytes: bytes | None = None, uniq_keys: list | None = None,
-                          block=None):
+                          store_host_bytes: bytes | None = None, uniq_keys=None, block=None):
     """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
     record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus. As
-    RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL)."""
+    RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL). `uniq_keys`
+    is a list of strings or a `core.key_block.KeyBlock`."""
     if has_delay_level(msg.properties):
         return PutMessageStatus.MESSAGE_ILLEGAL
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
     if recs is None:
-        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, uniq_keys)
+        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes,
+                             uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys)
     if recs.__class__ is not PutMessageStatus and \
             (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
         return PutMessageStatus.MESSAGE_ILLEGAL
@@ -191,12 +193,12 @@ def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = N
 
 
 def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
-                    uniq_keys: list | None = None, block=None):
+                    uniq_keys=None, block=None):
     """`core.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
     batch); None when the batch does not fit the columns (fewer than two records, or keys of
     different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
     back in one buffer (the put_batch frame), and the bodies are slices of it: their types
-    need no check.
+    need no check. `uniq_keys` is a list of strings or a `core.key_block.KeyBlock`.
 
     A batch whose shape (`_shape_key`) was seen before is only checked for what is its own:
     the bodies' types and sizes, the keys, the born timestamp."""
@@ -204,7 +206,9 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     if n < 2:
         return None
     keyed = uniq_keys is not None
-    if keyed and (len(uniq_keys) != n or PROPERTY_UNIQ_KEY in (msg.properties or {})):
+    if keyed and (len(uniq_keys) != n if uniq_keys.__class__ is not KeyBlock
+                  else uniq_keys.count != n or block_problem(*uniq_keys) or uniq_keys.has_separators()) \
+            or keyed and PROPERTY_UNIQ_KEY in (msg.properties or {}):
         return PutMessageStatus.MESSAGE_ILLEGAL
     if block is not None:                               # slices of one frame: bytes-like
         sizes = list(map(len, bodies))
@@ -212,7 +216,9 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
         sizes = (list(map(len, bodies)) if list(map(type, bodies)).count(bytes) == n
                  or all(map(is_body, bodies)) else None)
     joined = None
-    if keyed:
+    if uniq_keys.__class__ is KeyBlock:                 # checked above: ASCII, one width
+        joined = uniq_keys.data
+    elif keyed:
         if list(map(type, uniq_keys)).count(str) != n:
             return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
         joined = "".join(uniq_keys)
@@ -224,15 +230,15 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     born = msg.born_timestamp
     if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
             or not -(1 << 63) <= born < 1 << 63:
-        return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
     try:
         key = _shape_key(msg, n, sizes[0], len(joined) // n if keyed else None, max_message_size,
                          store_host_bytes)
         shape = _SHAPES.get(key)
     except TypeError:                                   # an unhashable field: no cache
-        return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
     if shape is None:
-        batch = _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+        batch = _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
         if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
             if len(_SHAPES) >= SHAPES_KEPT:
                 try:
@@ -241,8 +247,13 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
                     pass
             _SHAPES[key] = batch._shape
         return batch
-    return PreparedBatch(shape, np.fromiter(map(crc32, bodies), np.uint32, n) & 0x7FFFFFFF, born,
-                         joined, bodies, b"".join(bodies) if block is None else block)
+    return PreparedBatch(shape, np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF,
+                         born, joined, bodies, b"".join(bodies) if block is None else block)
+
+
+def _key_list(uniq_keys):
+    """The keys as `_columns` and `prepare_batch` take them: a list of strings (or None)."""
+    return uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys
 
 
 def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_size: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.codec import MAX_PROPERTIES_BYTES, _properties_string
+from core.key_block import KeyBlock
 from core.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
@@ -20,12 +21,14 @@ FALLBACK = ("a field is out of its Java range (flag, sys_flag, reconsume_times, 
 
 
 def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: int, batch: bool,
-                   bodies: list | None = None, uniq_keys: list | None = None) -> str:
+                   bodies: list | None = None, uniq_keys=None) -> str:
     """The first rule the put breaks. `messages` are the put's messages; or, with `bodies`, one
-    template message whose records differ only in body and (with `uniq_keys`) UNIQ_KEY."""
+    template message whose records differ only in body and (with `uniq_keys`, a list of
+    strings or a `core.key_block.KeyBlock`) UNIQ_KEY."""
     if bodies is not None:
         template = messages[0]
-        keys = uniq_keys if uniq_keys is not None else [None] * len(bodies)
+        keys = uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else \
+            uniq_keys if uniq_keys is not None else [None] * len(bodies)
         items = [(template, body, key) for body, key in zip(bodies, keys)]
     else:
         items = [(m, m.body, None) for m in messages]

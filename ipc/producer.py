@@ -16,8 +16,9 @@ topic's queue count is not yet known. Queue counts come from `topic_info` and ar
 every 30 s.
 
 The batch path does the least Python per message: bodies joined into one frame, `sizes`
-from one comprehension, and the per-message metadata (UNIQ_KEY at least) built in one
-comprehension of small maps. Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE,
+from one call, and for a batch of bodies the UNIQ_KEYs as one block of bytes
+(`uniq_key_block`, made by `next_key_block` without a string per key); a batch of Messages
+gets a small map of metadata per message. Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE,
 OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a retried
 message can be told apart from a new one: at-least-once delivery); each attempt has the
 send's `timeout`, and one that timed out is sent again after a new hello, so that a store
@@ -46,6 +47,7 @@ import time
 import weakref
 
 from core.hashing import java_hash
+from core.key_block import KeyBlock
 from core.message import Message
 from core.status import PutMessageStatus
 from ipc.client_common import check_int, check_timeout
@@ -61,6 +63,7 @@ UNKNOWN_TOPIC_TTL_S = 1.0
 _KEYS_PER_MS = 0x10000
 _HEX1 = [f"{i:X}" for i in range(16)]
 _HEX3 = [f"{i:03X}" for i in range(4096)]
+_HEX3B = [x.encode() for x in _HEX3]
 _RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
@@ -135,7 +138,13 @@ class UniqKeyGenerator:
 
     def next_keys(self, n: int) -> list:
         """`n` fresh keys, consecutive counters under one time value where possible."""
-        out = []
+        return self.next_key_block(n).keys()
+
+    def next_key_block(self, n: int) -> KeyBlock:
+        """`next_keys(n)` as one core.key_block.KeyBlock: ASCII bytes back to back, no string
+        per key (what a batch of bodies sends as `uniq_key_block`)."""
+        parts = []
+        count = n
         while n > 0:
             take = min(n, _KEYS_PER_MS)
             with self._lock:
@@ -144,12 +153,12 @@ class UniqKeyGenerator:
             while left:
                 lo = c & 0xFFF
                 k = min(left, 4096 - lo)
-                h = head + _HEX1[c >> 12]
-                out += [h + x for x in _HEX3[lo:lo + k]]
+                h = (head + _HEX1[c >> 12]).encode()
+                parts.append(h + h.join(_HEX3B[lo:lo + k]))     # h t0 h t1 ... h tk-1
                 left -= k
                 c = (c + k) & 0xFFFF
             n -= take
-        return out
+        return KeyBlock(b"".join(parts), count)
 
     def next_key(self) -> str:
         """One fresh key: `next_keys(1)[0]` without the list (every single send takes one)."""
@@ -238,8 +247,9 @@ def _message_meta(m: Message, uniq: str) -> dict:
     return meta
 
 
-def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list]:
-    """(fields, frames, uniq_keys) of a `put_batch` request. `items` are bodies (bytes or str)
+def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list | KeyBlock]:
+    """(fields, frames, uniq_keys) of a `put_batch` request, the keys a list or (for bodies)
+    a core.key_block.KeyBlock. `items` are bodies (bytes or str)
     or core.Message objects (their tags, keys, properties and flag are kept). One body given
     where the list belongs raises TypeError (a str would be sent one message per character); a
     Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of
@@ -254,10 +264,10 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     n = len(items)
     if n == 0:
         raise ValueError("a batch needs at least one message")
-    keys = UNIQ_KEYS.next_keys(n)
     try:
         frame = b"".join(items)                       # the fast path: all bodies are bytes
     except TypeError:
+        keys = UNIQ_KEYS.next_keys(n)
         bodies, metas = [], []
         for i, (item, k) in enumerate(zip(items, keys)):
             if isinstance(item, Message):
@@ -279,9 +289,10 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         if 0 in fields["sizes"]:
             raise ValueError(EMPTY_BODY)
     else:
-        # Bodies only: one UNIQ_KEY list instead of a map per message (the store encodes the
-        # batch once and varies only the key).
-        fields = {"topic": topic, "sizes": list(map(len, items)), "uniq_keys": keys}
+        # Bodies only: the UNIQ_KEYs in one block instead of a map per message (the store
+        # encodes the batch once and varies only the key).
+        keys = UNIQ_KEYS.next_key_block(n)
+        fields = {"topic": topic, "sizes": list(map(len, items)), "uniq_key_block": keys.data}
         if 0 in fields["sizes"]:
             raise ValueError(EMPTY_BODY)
     fields["coalesce"] = True                         # combined replies welcome

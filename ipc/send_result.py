@@ -7,6 +7,7 @@ field, a bad topic name) MESSAGE_ILLEGAL.
 """
 from __future__ import annotations
 
+from core.key_block import KeyBlock
 from core.status import PutMessageStatus
 from ipc.protocol import ERROR, ErrorCode
 
@@ -25,7 +26,7 @@ class SendResult:
     given as `msg_ids` is kept as it is (a reply's own list, not copied)."""
 
     __slots__ = ("status", "topic", "msg_ids", "queue_id", "queue_offset", "phys_offset",
-                 "store_timestamp", "count", "uniq_keys", "error_code", "reason")
+                 "store_timestamp", "count", "_uniq_keys", "error_code", "reason")
 
     def __init__(self, status, topic="", msg_ids=(), queue_id=-1, queue_offset=-1, phys_offset=-1,
                  store_timestamp=0, count=0, uniq_keys=(), error_code=None, reason=""):
@@ -37,7 +38,7 @@ class SendResult:
         self.phys_offset = phys_offset
         self.store_timestamp = store_timestamp
         self.count = count
-        self.uniq_keys = uniq_keys
+        self._uniq_keys = uniq_keys    # a list, or a core.key_block.KeyBlock split on first use
         self.error_code = error_code
         self.reason = reason
 
@@ -50,6 +51,13 @@ class SendResult:
         return self.msg_ids[0] if self.msg_ids else ""
 
     @property
+    def uniq_keys(self) -> list:
+        keys = self._uniq_keys
+        if keys.__class__ is KeyBlock:
+            self._uniq_keys = keys = keys.keys()
+        return keys
+
+    @property
     def uniq_key(self) -> str:
         return self.uniq_keys[0] if self.uniq_keys else ""
 
@@ -60,7 +68,7 @@ class SendResult:
                 f"queue_offset={self.queue_offset}, phys_offset={self.phys_offset}, count={self.count}{extra})")
 
 
-def parse_send_reply(env: dict, topic: str, uniq_keys: list) -> SendResult:
+def parse_send_reply(env: dict, topic: str, uniq_keys) -> SendResult:
     """A SendResult from a `put` or `put_batch` reply (an error reply becomes a status)."""
     status = env.get("status")
     if status == ERROR:

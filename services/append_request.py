@@ -21,6 +21,7 @@ import ipaddress
 from dataclasses import dataclass
 from itertools import accumulate
 
+from core.key_block import KeyBlock, block_problem
 from core.message import Message
 from core.topics import MAX_TOPIC_BYTES, topic_name_problem
 from ipc.protocol import ErrorCode, ProtocolError, field, pack
@@ -39,7 +40,7 @@ class IllegalMessage(ProtocolError):
 class PutRequest:
     """`messages`, one per record; or, for a batch without per-message fields, one template
     message in `messages`, the records' bodies in `bodies` and maybe their UNIQ_KEYs in
-    `uniq_keys`, with `block` the frame that holds the bodies back to back (for
+    `uniq_keys` (a list of strings or a `core.key_block.KeyBlock`), with `block` the frame that holds the bodies back to back (for
     `core.batch_encode.prepare_columns`)."""
     topic: str
     queue_id: int | None          # None: the appender picks one round robin
@@ -48,7 +49,7 @@ class PutRequest:
     body_bytes: int
     count: int
     bodies: list | None = None
-    uniq_keys: list | None = None
+    uniq_keys: list | KeyBlock | None = None
     block: memoryview | None = None
 
 
@@ -89,11 +90,21 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
     per = field(env, "messages", list, None)
     wait = field(env, "wait", bool, True)
     uniq_keys = field(env, "uniq_keys", list, None)
-    if per is None:
+    key_block = field(env, "uniq_key_block", bytes, None)
+    if key_block is not None:
+        if uniq_keys is not None or per is not None:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "field 'uniq_key_block' goes with bodies only, "
+                                                     "and not with 'uniq_keys'")
+        problem = block_problem(key_block, len(sizes))
+        if problem:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'uniq_key_block' {problem}")
+        uniq_keys = KeyBlock(key_block, len(sizes))
+    elif per is None:
         if uniq_keys is not None and (len(uniq_keys) != len(sizes)
                                       or set(map(type, uniq_keys)) != {str}):
             raise ProtocolError(ErrorCode.BAD_FIELD,
                                 f"field 'uniq_keys' must be a list of {len(sizes)} strings, one per body")
+    if per is None:
         bodies = [data[start:end] for start, end in zip([0, *ends], ends)]
         template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
         return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies,

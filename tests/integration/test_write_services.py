@@ -195,6 +195,7 @@ def test_malformed_requests_get_errors_and_the_appender_keeps_serving(config):
             (("put_batch", [b"abc"]), {"topic": "T", "sizes": [1, 1]}, ErrorCode.BAD_FIELD),
             (("put_batch", [b"abc"]), {"topic": "T", "sizes": "3"}, ErrorCode.BAD_FIELD),
             (("put_batch", [b"a", b"b"]), {"topic": "T", "sizes": [1]}, ErrorCode.TOO_MANY_FRAMES),
+            (("put_batch", [b"ab"]), {"topic": "T", "sizes": [1, 1], "uniq_key_block": b"k1k"}, ErrorCode.BAD_FIELD),
             (("create_topic", []), {"topic": "N", "queues": 0}, ErrorCode.BAD_FIELD),
             (("create_topic", []), {"topic": "a/b", "queues": 2}, ErrorCode.BAD_TOPIC),
             (("create_topic", []), {"topic": "TBW102", "queues": 2}, ErrorCode.BAD_TOPIC),
@@ -209,6 +210,8 @@ def test_malformed_requests_get_errors_and_the_appender_keeps_serving(config):
         assert r["status"] == "MESSAGE_ILLEGAL"
         r, _ = c.call("put", [b"x"], topic="T", properties={"K": "v" * 40000})
         assert r["status"] == "PROPERTIES_SIZE_EXCEEDED"
+        r, _ = c.call("put_batch", [b"xy"], topic="T", sizes=[1, 1], uniq_key_block=b"k1k\x02")
+        assert r["status"] == "MESSAGE_ILLEGAL" and "message 1 of the batch" in r["reason"], r
         r, _ = c.call("put_batch", [b"x" * 3000], topic="T", sizes=[1500, 1500])
         assert r["status"] == "MESSAGE_ILLEGAL" and "max_message_size 2048" in r["reason"]
         # DESIGN section 5: a topic over 127 bytes or a body over max_message_size is the put

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from core.key_block import KeyBlock
 from core.status import AppendMessageResult, AppendMessageStatus
 from ipc.protocol import ErrorCode, ProtocolError, pack, unpack
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
@@ -97,6 +98,11 @@ def test_batch_with_uniq_keys():
     assert req.uniq_keys == ["K1", "K2"] and [bytes(b) for b in req.bodies] == [b"aa", b"bbb"]
 
 
+def test_batch_with_a_key_block():
+    req = batch({"topic": "T", "sizes": [2, 3], "uniq_key_block": b"K1K2"}, b"aabbb")
+    assert req.uniq_keys == KeyBlock(b"K1K2", 2) and req.uniq_keys.keys() == ["K1", "K2"]
+
+
 def test_batch_with_per_message_fields():
     req = batch({"topic": "T", "queue_id": 1, "sizes": [2, 3],
                  "messages": [{"tags": "A", "keys": "k"}, None], "wait": False})
@@ -121,6 +127,12 @@ def test_batch_with_per_message_fields():
     ({"topic": "T", "sizes": [1], "uniq_keys": [7]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "uniq_keys": "k"}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "uniq_keys": ["k"], "messages": [{}]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1], "uniq_key_block": b"abc"}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1], "uniq_key_block": b""}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1], "uniq_key_block": "k1k2"}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1], "uniq_key_block": "ключ".encode()}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "uniq_key_block": b"k", "uniq_keys": ["k"]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "uniq_key_block": b"k", "messages": [{}]}, b"a", ErrorCode.BAD_FIELD),
 ])
 def test_batch_errors(env, data, code):
     assert code_of(batch, env, data) == code

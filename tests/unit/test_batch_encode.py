@@ -14,6 +14,8 @@ from core.batch_encode import PreparedBatch, prepare_batch_records, prepare_colu
 from core.codec import BLANK_SIZE, MAGIC_BLANK, prepare_batch, write_record
 from core.commitlog import CommitLog
 from core.decode import decode_message
+from core.key_block import KeyBlock, block_problem
+from core.put_refusal import refusal_reason
 from core.fileops import REAL_FILE_OPS
 from core.message import SYSFLAG_TRANSACTION_PREPARED, Message, host_to_bytes
 from core.status import AppendMessageStatus, PutMessageStatus
@@ -59,6 +61,15 @@ def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys,
     uniq = keys(len(bodies)) if keys else None
     want = prepare_batch(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
     got = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
+    block = as_key_block(uniq)
+    if block is not None:                            # the same keys as one block: the same result
+        from_block = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, block)
+        if from_block.__class__ is PreparedBatch:
+            assert write_columns(from_block, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)
+        elif from_block.__class__ is list:
+            assert [r.uniq_key for r in from_block] == uniq
+        else:
+            assert from_block is want
     if want.__class__ is PutMessageStatus:
         assert got is want
         return
@@ -69,11 +80,34 @@ def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys,
     assert write_columns(got, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)
 
 
+def as_key_block(uniq):
+    """The keys as a KeyBlock, when they can be one (ASCII, one width, at least one byte)."""
+    if not uniq or block_problem("".join(uniq).encode(), len(uniq)) or len(set(map(len, uniq))) != 1:
+        return None
+    return KeyBlock("".join(uniq).encode(), len(uniq))
+
+
+def test_a_key_block_with_a_separator_is_refused():
+    msg = Message("T", b"", 0, 0, None, None, {}, 1, ("127.0.0.1", 0))
+    for n in (1, 2, 5):
+        block = KeyBlock(b"ab\x02c" * n, n)
+        assert prepare_batch_records(msg, [b"x"] * n, 4096, STORE_HOST, block) is PutMessageStatus.MESSAGE_ILLEGAL
+        assert "separators" in refusal_reason([msg], PutMessageStatus.MESSAGE_ILLEGAL, 4096, True,
+                                              [b"x"] * n, block)
+
+
+def test_a_key_block_and_a_uniq_key_property_are_refused():
+    msg = Message("T", b"", 0, 0, None, None, {"UNIQ_KEY": "own"}, 1, ("127.0.0.1", 0))
+    assert prepare_batch_records(msg, [b"x", b"y"], 4096, STORE_HOST, KeyBlock(b"k1k2", 2)) \
+        is PutMessageStatus.MESSAGE_ILLEGAL
+
+
 def test_the_producers_batches_take_the_columns():
     bodies = [b"x" * 1024] * 100
     keys = ["7F0000010E5A18B4AAC26B5C8A3E%04X" % i for i in range(100)]
     msg = Message("Bench", b"", 1, 0, None, None, {}, 1, ("127.0.0.1", 0))
     assert isinstance(prepare_batch_records(msg, bodies, 4 << 20, STORE_HOST, keys), PreparedBatch)
+    assert isinstance(prepare_batch_records(msg, bodies, 4 << 20, STORE_HOST, as_key_block(keys)), PreparedBatch)
     varied = [b"x" * (100 + i) for i in range(100)]
     assert isinstance(prepare_batch_records(msg, varied, 4 << 20, STORE_HOST, keys), PreparedBatch)
     assert prepare_batch_records(msg, varied, 4 << 20, STORE_HOST, None).__class__ is PreparedBatch

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.codec import SCHEDULE_TOPIC
+from core.key_block import KeyBlock
 from core.message import Message
 from core.status import PutMessageStatus
 from ipc.producer import UNIQ_KEY, encode_batch, encode_put
@@ -63,8 +64,16 @@ def test_batch_fast_path():
     fields, frames, keys = encode_batch("orders", bodies, queue_id=2)
     assert frames == [b"aecccdd"]
     assert fields["sizes"] == [1, 1, 3, 2] and fields["queue_id"] == 2 and "wait" not in fields
-    assert fields["uniq_keys"] == keys and "messages" not in fields
-    assert len(set(keys)) == 4
+    assert "uniq_keys" not in fields and "messages" not in fields
+    assert fields["uniq_key_block"] == keys.data and keys.count == 4
+    assert len(set(keys.keys())) == 4 and all(len(k) == 32 for k in keys.keys())
+
+
+def test_batch_key_block_is_what_the_appender_parses():
+    fields, frames, keys = encode_batch("orders", [b"a", b"bb", b"c"])
+    req = parse_put_batch(roundtrip(fields, "put_batch"), frames, HOST, NOW, 1 << 20)
+    assert req.uniq_keys == keys and req.uniq_keys.keys() == keys.keys()
+    assert [bytes(b) for b in req.bodies] == [b"a", b"bb", b"c"]
 
 
 def test_batch_of_messages_keeps_their_metadata():
@@ -169,3 +178,10 @@ def test_malformed_statuses_are_unknown_errors(status):
 def test_every_put_status_is_parsed():
     for st in PutMessageStatus:
         assert parse_send_reply({"rid": 1, "status": st.value}, "t", []).status is st
+
+
+def test_a_key_block_is_the_results_list_of_keys():
+    block = KeyBlock(b"K1K2K3", 3)
+    r = parse_send_reply({"rid": 1, "status": "PUT_OK", "msg_ids": ["A", "B", "C"], "count": 3}, "t", block)
+    assert r.uniq_keys == ["K1", "K2", "K3"] and r.uniq_key == "K1"
+    assert r.uniq_keys is r.uniq_keys                       # split once

@@ -9,7 +9,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.crc import crc32
+from core.crc import crc32, crc32_for_size
 
 
 def test_check_value():
@@ -38,3 +38,10 @@ def test_equals_zlib_on_slices_of_a_mapping(data, at):
         assert crc32(bytearray(data)) == zlib.crc32(data)
     finally:
         m.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=600))
+def test_the_routine_picked_for_a_size_gives_the_same_value(data):
+    assert crc32_for_size(len(data))(data) == crc32(data) == zlib.crc32(data)
+    assert crc32_for_size(len(data))(memoryview(data)) == crc32(data)
