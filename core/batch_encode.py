@@ -159,14 +159,15 @@ class PreparedBatch:
 
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
-                          store_host_bytes: bytes | None = None, uniq_keys=None, block=None):
+                          store_host_bytes: bytes | None = None, uniq_keys=None, block=None,
+                          sizes: list | None = None):
     """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
     record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus. As
     RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL). `uniq_keys`
     is a list of strings or a `core.key_block.KeyBlock`."""
     if has_delay_level(msg.properties):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+    recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes)
     if recs is None:
         recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes,
                              uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys)
@@ -193,12 +194,13 @@ def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = N
 
 
 def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
-                    uniq_keys=None, block=None):
+                    uniq_keys=None, block=None, sizes: list | None = None):
     """`core.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
     batch); None when the batch does not fit the columns (fewer than two records, or keys of
     different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
     back in one buffer (the put_batch frame), and the bodies are slices of it: their types
-    need no check. `uniq_keys` is a list of strings or a `core.key_block.KeyBlock`.
+    need no check, and `sizes` (given with it) are their lengths. `uniq_keys` is a list of
+    strings or a `core.key_block.KeyBlock`.
 
     A batch whose shape (`_shape_key`) was seen before is only checked for what is its own:
     the bodies' types and sizes, the keys, the born timestamp."""
@@ -211,7 +213,8 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
             or keyed and PROPERTY_UNIQ_KEY in (msg.properties or {}):
         return PutMessageStatus.MESSAGE_ILLEGAL
     if block is not None:                               # slices of one frame: bytes-like
-        sizes = list(map(len, bodies))
+        if sizes is None:
+            sizes = list(map(len, bodies))
     else:
         sizes = (list(map(len, bodies)) if list(map(type, bodies)).count(bytes) == n
                  or all(map(is_body, bodies)) else None)

@@ -52,7 +52,8 @@ class GetMessageStatus(enum.StrEnum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-_LAST_STARTS: list = [((), None)]   # [(record_sizes, each record's offset from the first)]
+_STARTS: dict = {}      # id(record_sizes) -> (record_sizes, each record's offset from the first)
+STARTS_KEPT = 256       # batch shapes (core.batch_encode keeps 128) and then some
 
 
 class AppendMessageResult(namedtuple("AppendMessageResult", (
@@ -70,15 +71,18 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
     def offsets_hex(self) -> str:
         """Each record's physical offset as int64 in 16 upper-case hex digits, separated by
         single spaces: one array and one hex call for a batch of any size. The records'
-        offsets from the first are kept for the last `record_sizes` seen (a batch shape's
-        sizes are one tuple, `core.batch_encode`), so a batch like the last adds one number."""
+        offsets from the first are kept for the `record_sizes` tuples seen last (a batch
+        shape's sizes are one tuple, `core.batch_encode`), so a batch of a shape seen before
+        adds its first offset with one numpy call."""
         sizes = self.record_sizes or (0,)
-        last = _LAST_STARTS[0]
-        if last[0] is not sizes:
+        kept = _STARTS.get(id(sizes))
+        if kept is None or kept[0] is not sizes:
             starts = np.zeros(len(sizes), np.int64)
             np.cumsum(sizes[:-1], out=starts[1:])
-            _LAST_STARTS[0] = last = (sizes, starts)    # one tuple: a thread sees one pair
-        return (last[1] + self.wrote_offset).astype(">i8").tobytes().hex(" ", 8).upper()
+            if len(_STARTS) >= STARTS_KEPT:
+                _STARTS.clear()
+            _STARTS[id(sizes)] = kept = (sizes, starts)    # the tuple kept: its id stays its own
+        return (kept[1] + self.wrote_offset).astype(">i8").tobytes().hex(" ", 8).upper()
 
     @property
     def msg_ids(self) -> list:

@@ -29,6 +29,7 @@ from ipc.protocol import ErrorCode, ProtocolError, field, pack
 INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64_MAX = (1 << 63) - 1
 _HOSTS: dict = {}
+_UNIFORM_SLICES: dict = {}      # (count, size) -> the bodies' slices of a batch of one body size
 
 
 class IllegalMessage(ProtocolError):
@@ -51,6 +52,7 @@ class PutRequest:
     bodies: list | None = None
     uniq_keys: list | KeyBlock | None = None
     block: memoryview | None = None
+    sizes: list | None = None     # the bodies' lengths, with `bodies`
 
 
 def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
@@ -76,10 +78,11 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
         raise ProtocolError(ErrorCode.TOO_MANY_FRAMES,
                             f"put_batch takes exactly one frame of concatenated bodies, got {len(frames)}")
     data = memoryview(frames[0])
-    if set(map(type, sizes)) != {int} or min(sizes) < 0:
+    n = len(sizes)
+    uniform = sizes.count(sizes[0]) == n                # the common batch: bodies of one size
+    if list(map(type, sizes)).count(int) != n or (sizes[0] if uniform else min(sizes)) < 0:
         raise ProtocolError(ErrorCode.BAD_FIELD, "field 'sizes' must be a list of integers >= 0")
-    ends = list(accumulate(sizes))
-    total = ends[-1]
+    total = sizes[0] * n if uniform else sum(sizes)
     if total != len(data):
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             f"field 'sizes' adds up to {total} bytes but the body frame has {len(data)}")
@@ -105,10 +108,10 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
             raise ProtocolError(ErrorCode.BAD_FIELD,
                                 f"field 'uniq_keys' must be a list of {len(sizes)} strings, one per body")
     if per is None:
-        bodies = [data[start:end] for start, end in zip([0, *ends], ends)]
+        bodies = list(map(data.__getitem__, _slices(sizes, uniform)))
         template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
-        return PutRequest(topic, _queue_id(env), [template], wait, total, len(sizes), bodies,
-                          uniq_keys, data)
+        return PutRequest(topic, _queue_id(env), [template], wait, total, n, bodies,
+                          uniq_keys, data, sizes)
     if uniq_keys is not None:
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             "field 'uniq_keys' goes with bodies only; with 'messages' each "
@@ -126,6 +129,23 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
         msgs.append(_message(m, f"messages[{i}].", topic, data[off:off + n], host, now_ms))
         off += n
     return PutRequest(topic, _queue_id(env), msgs, wait, total, len(msgs))
+
+
+def _slices(sizes: list, uniform: bool) -> list:
+    """The slice of each body in the batch frame; those of a batch of bodies of one size are
+    kept (`_UNIFORM_SLICES`), a producer sends the same shape again and again."""
+    if not uniform:
+        ends = list(accumulate(sizes))
+        return list(map(slice, [0, *ends], ends))
+    key = (len(sizes), sizes[0])
+    slices = _UNIFORM_SLICES.get(key)
+    if slices is None:
+        ends = range(sizes[0], sizes[0] * len(sizes) + 1, sizes[0]) if sizes[0] else [0] * len(sizes)
+        slices = list(map(slice, [0, *ends], ends))
+        if len(_UNIFORM_SLICES) >= 64:
+            _UNIFORM_SLICES.clear()
+        _UNIFORM_SLICES[key] = slices
+    return slices
 
 
 def _topic(env: dict) -> str:

@@ -401,7 +401,8 @@ class Appender(ServiceLoop):
         max_size, host = self.max_size, self.store_host
         if req.bodies is not None:
             msgs[0].queue_id = qid
-            return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block)
+            return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block,
+                                         req.sizes)
         if not batch:                                         # one message: its record's bytes
             msgs[0].queue_id = qid
             return encode_record(msgs[0], max_size, host)

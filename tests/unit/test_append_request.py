@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.key_block import KeyBlock
 from core.status import AppendMessageResult, AppendMessageStatus
@@ -98,6 +100,18 @@ def test_batch_with_uniq_keys():
     assert req.uniq_keys == ["K1", "K2"] and [bytes(b) for b in req.bodies] == [b"aa", b"bbb"]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=20), st.booleans())
+def test_batch_bodies_are_the_frames_slices(sizes, uniform):
+    sizes = [sizes[0]] * len(sizes) if uniform else sizes
+    data = bytes(range(sum(sizes)))
+    for _ in range(2):                               # the second time from the kept slices
+        req = batch({"topic": "T", "sizes": sizes}, data)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        assert [bytes(b) for b in req.bodies] == [data[a:a + n] for a, n in zip(starts, sizes)]
+        assert req.sizes == sizes and req.body_bytes == len(data) and req.count == len(sizes)
+
+
 def test_batch_with_a_key_block():
     req = batch({"topic": "T", "sizes": [2, 3], "uniq_key_block": b"K1K2"}, b"aabbb")
     assert req.uniq_keys == KeyBlock(b"K1K2", 2) and req.uniq_keys.keys() == ["K1", "K2"]
@@ -118,6 +132,10 @@ def test_batch_with_per_message_fields():
     ({"topic": "T", "sizes": ["1"]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1.0]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [-1, 2]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [-1, -1]}, b"", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [True, True]}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1, 1.0]}, b"ab", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [None, 1]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [MAX + 1]}, b"x" * (MAX + 1), ErrorCode.BODY_TOO_LARGE),
     ({"topic": "T", "sizes": [1], "messages": [{}, {}]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "messages": [5]}, b"a", ErrorCode.BAD_FIELD),
