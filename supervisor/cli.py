@@ -111,7 +111,11 @@ def configured(toml_path, key: str) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()           # imports every command module: numpy, zmq, psutil
+    except KeyboardInterrupt:             # Ctrl-C while a slow first import still runs
+        print("mqstore: interrupted", file=sys.stderr)
+        return 130
     args, unknown = parser.parse_known_args(argv)
     if unknown:                           # argparse would print the top-level usage
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

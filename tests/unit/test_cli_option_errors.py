@@ -45,3 +45,13 @@ def test_an_empty_file_is_not_a_body(tmp_path, capsys):
     assert main(["produce", "--topic", "T", "--file", str(tmp_path / "empty"),
                  "--store", str(tmp_path / "none")]) == 2
     assert "the file is empty" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
+    import supervisor.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt                  # as SIGINT lands in a slow first import
+    monkeypatch.setattr(cli, "command_modules", interrupted)
+    assert main(["status"]) == 130
+    assert capsys.readouterr().err == "mqstore: interrupted\n"
