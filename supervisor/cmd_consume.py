@@ -2,25 +2,25 @@
 [--queues LIST] [--max N] [--json] [--no-commit] [--store DIR | --address A]`: read messages
 of a topic as consumer group G.
 
-Each queue starts at the group's committed offset; a group that never committed starts at
-the oldest message (`--from earliest`, the default) or after the newest (`--from latest`).
-Without `--follow` the command stops once every queue has been read to its end; with it, it
-waits for new messages until Ctrl-C or SIGTERM (within half a second; every message read
-is printed first), and follows a store found through `--store` that restarts on other ports. `--max N` stops after N messages. The group's offsets
-are committed when the command ends (and every 5 s while it runs) unless `--no-commit`, so
-the next run continues where this one stopped; when the output is closed early (`| head`),
-the messages of the batch being written are not committed and are read again next time.
+Each queue starts at the group's committed offset; a group that never committed starts at the
+oldest message (`--from earliest`, the default) or after the newest (`--from latest`). Without
+`--follow` the command stops once every queue has been read to its end; with it, it waits for
+new messages until Ctrl-C or SIGTERM (within half a second; every message read is printed
+first), and follows a store found through `--store` that restarts on other ports. `--max N`
+stops after N messages. The group's offsets are committed when the command ends (and every 5 s
+while it runs) unless `--no-commit`, so the next run continues where this one stopped; when the
+output is closed early (`| head`), the messages of the batch being written are not committed and
+are read again next time.
 
 Output: one line per message, `QUEUE:OFFSET<TAB>TAGS<TAB>KEYS<TAB>BODY` (`-` for no tags or
-keys, the body as UTF-8; in each field a backslash, control characters and bytes that are
-not UTF-8 are escaped as `\\\\`, `\\t`, `\\n`, `\\r`, `\\xNN` (C1 controls `\\u0080`..`\\u009f`),
-so that a message is one line); with `--json` one JSON object per
-line (topic, queue_id, queue_offset, phys_offset, msg_id, tags, keys, properties,
-timestamps, hosts, and `body`, or `body_base64` when the body is not UTF-8). A count goes to
-standard error at the end. Exit status: 0 after reading, 1 when the store is not running or
-an error stopped the read, 2 for a bad option value (a topic or group name the store would
-refuse, or `--queues` naming a queue the topic does not have; a topic that does not exist yet
-is not checked).
+keys, the body as UTF-8; in each field a backslash, control characters and bytes that are not
+UTF-8 are escaped as `\\\\`, `\\t`, `\\n`, `\\r`, `\\xNN` (C1 controls `\\u0080`..`\\u009f`), so
+that a message is one line); with `--json` one JSON object per line (topic, queue_id,
+queue_offset, phys_offset, msg_id, tags, keys, properties, timestamps, hosts, and `body`, or
+`body_base64` when the body is not UTF-8). A count goes to standard error at the end. Exit
+status: 0 after reading, 1 when the store is not running or an error stopped the read, 2 for a
+bad option value (a topic or group name the store would refuse, or `--queues` naming a queue the
+topic does not have; a topic that does not exist yet is not checked).
 """
 from __future__ import annotations
 

@@ -4,23 +4,24 @@
 running store.
 
 The message body is `--body TEXT` (UTF-8), or the whole content of `--file F`, sent `--count`
-times; without either, every line read from standard input is one message (its newline
-removed; empty lines are skipped and counted, as RocketMQ refuses an empty body). `--batch N` sends N messages per `put_batch` request (one queue per batch, stored
-as one unit); otherwise one `put` per message. Up to `--in-flight` requests are kept in flight.
-Tags, keys and properties apply to every message; each message also gets its own UNIQ_KEY.
-`--property` names a user property: RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY,
-DELAY, WAIT, ...) are refused, as its putUserProperty refuses them.
+times; without either, every line read from standard input is one message (its newline removed;
+empty lines are skipped and counted, as RocketMQ refuses an empty body). `--batch N` sends N
+messages per `put_batch` request (one queue per batch, stored as one unit); otherwise one `put`
+per message. Up to `--in-flight` requests are kept in flight. Tags, keys and properties apply to
+every message; each message also gets its own UNIQ_KEY. `--property` names a user property:
+RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, ...) are refused, as its
+putUserProperty refuses them.
 
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range; a refusal with its reason) unless `--quiet`, which prints only the first failure,
 then a summary on standard error: messages stored (acknowledged), refused, unconfirmed (no
-answer, in time or before the connection to the store broke: they may have been stored) and, when the store went away, that the rest of
-the input was not sent. Exit status: 0 when every
-message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running,
-2 for options that do not go together or are out of range (a `--queue` that is not a queue of
-an existing topic among them; a new topic gets the store's `default_topic_queue_nums`), a
-`--topic` that is not a legal topic name, an empty `--body` or `--file`, or a `--file` that
-cannot be read.
+answer, in time or before the connection to the store broke: they may have been stored) and,
+when the store went away, that the rest of the input was not sent. Exit status: 0 when every
+message was stored (PUT_OK), 1 when any was refused or timed out, or the store is not running, 2
+for options that do not go together or are out of range (a `--queue` that is not a queue of an
+existing topic among them; a new topic gets the store's `default_topic_queue_nums`), a `--topic`
+that is not a legal topic name, an empty `--body` or `--file`, or a `--file` that cannot be
+read.
 """
 from __future__ import annotations
 

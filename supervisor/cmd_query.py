@@ -4,16 +4,16 @@ MSGID`, `mqstore query --offset PHYS` [--json] [--store DIR | --address A]: look
 `--key` searches the index for messages of topic T whose KEYS (or UNIQ_KEY) include K, newest
 first, at most `--max` (the store gives at most `max_msgs_num_batch`, 64 by default, as
 RocketMQ), optionally only those stored between `--begin` and `--end` (milliseconds since the
-epoch; the index keeps store times to the second, as RocketMQ's does, so a message is matched
-by its store time with the milliseconds dropped). `--id` finds one message by its offset message id (the `msgId` that produce prints);
-`--offset` reads the message stored at that CommitLog offset.
+epoch; the index keeps store times to the second, as RocketMQ's does, so a message is matched by
+its store time with the milliseconds dropped). `--id` finds one message by its offset message id
+(the `msgId` that produce prints); `--offset` reads the message stored at that CommitLog offset.
 
-Prints each message as a block of fields (control characters escaped, as `mqstore consume`
-shows them), or with `--json` one JSON object per line (as
-`mqstore consume --json`). Exit status: 0 when something was found, 1 when nothing was (or
-the store is not running), 2 for --key without --topic, an empty --key, --topic, --max, --begin or --end with
---id or --offset (they narrow a search by key only), --begin after --end, or a value the store
-would refuse (a topic name it does not allow, `--max` below 1, a negative offset or time).
+Prints each message as a block of fields (control characters escaped, as `mqstore consume` shows
+them), or with `--json` one JSON object per line (as `mqstore consume --json`). Exit status: 0
+when something was found, 1 when nothing was (or the store is not running), 2 for --key without
+--topic, an empty --key, --topic, --max, --begin or --end with --id or --offset (they narrow a
+search by key only), --begin after --end, or a value the store would refuse (a topic name it
+does not allow, `--max` below 1, a negative offset or time).
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ encodes, unless the configuration sets `store_host`.
 Recovery shows a progress bar on a terminal (percent of the bytes to scan) and log lines
 otherwise. The supervisor's log goes to stderr and to `<store>/logs/supervisor.log`; each
 service logs to `<store>/logs/<service>.log`. Ctrl-C (or SIGTERM, or SIGHUP when the terminal
-closes) stops cleanly; a second one kills the services at once (the abort file then stays and the next start runs the abnormal recovery).
+closes) stops cleanly; a second one kills the services at once (the abort file then stays and
+the next start runs the abnormal recovery).
 
 The supervisor always runs in the foreground (as under systemd or a container runtime);
 `--foreground` says so explicitly.

@@ -55,3 +55,10 @@ def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatc
     monkeypatch.setattr(cli, "command_modules", interrupted)
     assert main(["status"]) == 130
     assert capsys.readouterr().err == "mqstore: interrupted\n"
+
+
+def test_every_command_help_is_wrapped_for_a_terminal():
+    from supervisor.cli import command_modules
+    for module in command_modules():
+        long = [line for line in (module.__doc__ or "").splitlines() if len(line) > 100]
+        assert not long, f"{module.__name__}: --help lines over 100 columns: {long}"
