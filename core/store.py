@@ -4,7 +4,9 @@
 (normal or abnormal by the abort file); `start()` creates the abort file and starts the
 flush, commit, reput and allocate threads; `shutdown()` stops them in order, flushes
 everything, writes the checkpoint and removes the abort file only when nothing is left
-undispatched. Reads are delegated to `StoreReader`.
+undispatched. Reads are delegated to `StoreReader`. Consumer group offsets
+(`commit_offset`, `fetch_offset`) are kept in config/consumer_offsets.json, the file the
+reader process keeps when the store runs as services (core.consumer_offsets).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from core.commitlog import CommitLog, append_status_to_put
 from core.config import ConfigError, StoreConfig
 from core.store_format import check_store_format
 from core.consume_queue_store import ConsumeQueueStore
+from core.consumer_offsets import ConsumerOffsetStore
 from core.dispatch import Dispatcher
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
 from core.fileops import REAL_FILE_OPS, FileOps
@@ -31,6 +34,7 @@ from core.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
 from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus, new_result
 from core.store_files import AbortFile, StoreLock
+from core.topics import topic_name_problem
 from core.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -139,6 +143,7 @@ class MessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service)
         self.reader = StoreReader(config, self.commitlog, self.cq_store, self.index_service)
+        self.consumer_offsets = ConsumerOffsetStore(config.config_dir, self.fileops)
         self.flush_service: FlushService | None = None
         self.commit_service: CommitService | None = None
         self.reput_service: ReputService | None = None
@@ -194,6 +199,7 @@ class MessageStore:
             self.recovery_report = recover_store(self.commitlog, self.cq_store, self.index_service,
                                                  self.checkpoint, cfg, last_exit_ok, self.progress)
             self._catch_up_dispatch()
+            self.consumer_offsets.load()
         except BaseException:
             if self._own_lock:
                 self.lock.release()
@@ -243,6 +249,7 @@ class MessageStore:
         clean = False
         if self.loaded:
             clean = self.flags.is_writeable and (self.reput_service is None or self.reput_service.behind() <= 0)
+            self._persist_offsets()
             self.checkpoint.shutdown()
             if self.index_service is not None:
                 self.index_service.shutdown()
@@ -366,14 +373,14 @@ class MessageStore:
     def query_message(self, topic, key, max_num, begin_ts, end_ts):
         return self.reader.query_message(topic, key, max_num, begin_ts, end_ts)
 
-    def look_message_by_offset(self, phys, size=None):
-        return self.reader.look_message_by_offset(phys, size)
+    def look_message_by_offset(self, phys_offset, size=None):
+        return self.reader.look_message_by_offset(phys_offset, size)
 
     def view_message_by_id(self, msg_id):
         return self.reader.view_message_by_id(msg_id)
 
-    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp):
-        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+    def get_offset_in_queue_by_time(self, topic, queue_id, ts):
+        return self.reader.get_offset_in_queue_by_time(topic, queue_id, ts)
 
     def get_max_offset_in_queue(self, topic, queue_id):
         return self.reader.get_max_offset_in_queue(topic, queue_id)
@@ -399,9 +406,36 @@ class MessageStore:
     def get_confirm_offset(self) -> int:
         return self.commitlog.get_confirm_offset()
 
+    # -- consumer group offsets (RocketMQ's ConsumerOffsetManager) -----------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record `offset` as the next message `group` will consume from the queue; kept in
+        config/consumer_offsets.json (written at most every 100 ms, by `flush` and at
+        shutdown). A bad name or number raises ValueError (TypeError for a wrong type)."""
+        _check_group_queue(group, topic, queue_id)
+        if offset.__class__ is not int or not 0 <= offset < 1 << 63:
+            raise (TypeError if offset.__class__ is not int else ValueError)(
+                f"offset must be an int in 0..2**63-1, got {offset!r}")
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+        self.consumer_offsets.persist_if_due()
+
+    def fetch_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The offset `group` committed for the queue, -1 when it never committed one."""
+        _check_group_queue(group, topic, queue_id)
+        return self.consumer_offsets.fetch(group, topic, queue_id)
+
+    query_offset = fetch_offset          # RocketMQ's name (ConsumerOffsetManager.queryOffset)
+
+    def _persist_offsets(self) -> None:
+        try:
+            self.consumer_offsets.persist()
+        except OSError as e:                 # a full disk: the offsets are kept in memory
+            log.error("cannot write %s: %s", self.consumer_offsets.path, e)
+
     # -- maintenance ---------------------------------------------------------------------
     def flush(self) -> int:
-        """Commit and flush everything written; return the flushed position."""
+        """Commit and flush everything written (and the consumer offsets committed); return
+        the flushed position."""
+        self._persist_offsets()
         queue = self.commitlog.queue
         while not self.commitlog.commit(0):
             pass
@@ -434,3 +468,13 @@ class MessageStore:
             if self.index_service is not None:
                 self.index_service.delete_expired_file(min_offset)
         return deleted
+
+
+def _check_group_queue(group, topic, queue_id) -> None:
+    for what, name in (("group", group), ("topic", topic)):
+        problem = topic_name_problem(name, what)
+        if problem:
+            raise (TypeError if not isinstance(name, str) else ValueError)(problem)
+    if queue_id.__class__ is not int or not 0 <= queue_id < 1 << 31:
+        raise (TypeError if queue_id.__class__ is not int else ValueError)(
+            f"queue_id must be an int in 0..2**31-1, got {queue_id!r}")

@@ -38,7 +38,7 @@ from ipc.protocol import ErrorCode, Handlers, error_reply, unpack
 from ipc.sockets import ipc_endpoint, make_socket
 from services.base import ServiceLoop, run_service
 from services.read_longpoll import HeldPull, PullHoldTable
-from services.read_offsets import ConsumerOffsetStore
+from core.consumer_offsets import ConsumerOffsetStore
 from services.read_ops import ReadOps, wait_cursor
 
 log = logging.getLogger("reader")

@@ -1,17 +1,22 @@
-"""Consumer group offsets, owned by the reader: `config/consumer_offsets.json`.
+"""Consumer group offsets (RocketMQ's ConsumerOffsetManager): `config/consumer_offsets.json`,
+owned by whoever holds the store: the reader process (services/reader.py) or an embedded
+`core.MessageStore`.
 
 The file has RocketMQ's consumerOffset.json shape, `{"offsetTable": {"topic@group":
 {"queue_id": offset, ...}}}`, so an operator who knows RocketMQ can read it. Commits change
 the table in memory; `persist_if_due` writes the whole file atomically
 (`FileOps.write_file_atomic`: tmp, fsync, rename, fsync the directory) at most every
 `min_interval` seconds, and `persist` at drain. A file that cannot be parsed is kept aside
-as `consumer_offsets.json.corrupt` and the table starts empty: the reader must come up.
+as `consumer_offsets.json.corrupt` and the table starts empty: the store must come up.
+Commits and writes may come from several threads (an embedded store's callers): the table
+is changed and copied under one lock, and the file written by one thread at a time.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import threading
 import time
 
 from core.fileops import REAL_FILE_OPS, FileOps
@@ -28,6 +33,8 @@ class ConsumerOffsetStore:
         self._table: dict[str, dict[int, int]] = {}
         self._dirty = False
         self._last_write = 0.0
+        self._lock = threading.Lock()            # the table
+        self._writing = threading.Lock()         # the file
 
     def load(self) -> None:
         try:
@@ -49,17 +56,19 @@ class ConsumerOffsetStore:
         return f"{topic}@{group}"
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        queues = self._table.setdefault(self._key(group, topic), {})
-        if queues.get(queue_id) != offset:
-            queues[queue_id] = offset
-            self._dirty = True
+        with self._lock:
+            queues = self._table.setdefault(self._key(group, topic), {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._dirty = True
 
     def fetch(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when the group never committed one for this queue."""
         return self._table.get(self._key(group, topic), {}).get(queue_id, -1)
 
     def group_offsets(self, group: str, topic: str) -> dict[int, int]:
-        return dict(self._table.get(self._key(group, topic), {}))
+        with self._lock:
+            return dict(self._table.get(self._key(group, topic), {}))
 
     @property
     def dirty(self) -> bool:
@@ -80,11 +89,18 @@ class ConsumerOffsetStore:
         return True
 
     def persist(self) -> None:
-        if not self._dirty:
-            return
-        table = {key: {str(q): o for q, o in sorted(queues.items())}
-                 for key, queues in sorted(self._table.items())}
-        self.fileops.make_dirs(os.path.dirname(self.path))
-        self.fileops.write_file_atomic(self.path, json.dumps({"offsetTable": table}, indent=1).encode())
-        self._dirty = False
-        self._last_write = time.monotonic()
+        with self._writing:                      # one writer: an older copy never lands last
+            with self._lock:
+                if not self._dirty:
+                    return
+                table = {key: {str(q): o for q, o in sorted(queues.items())}
+                         for key, queues in sorted(self._table.items())}
+                self._dirty = False              # a commit from now on makes it dirty again
+            try:
+                self.fileops.make_dirs(os.path.dirname(self.path))
+                self.fileops.write_file_atomic(self.path,
+                                               json.dumps({"offsetTable": table}, indent=1).encode())
+            except BaseException:
+                self._dirty = True               # not written: try again next time
+                raise
+            self._last_write = time.monotonic()
