@@ -28,3 +28,8 @@ def test_a_put_result_reads_as_rocketmq_prints_it(store):
 def test_rocketmq_5s_spelling_of_page_cache_busy_is_the_same_member():
     assert PutMessageStatus.OS_PAGE_CACHE_BUSY is PutMessageStatus.OS_PAGECACHE_BUSY
     assert PutMessageStatus.OS_PAGE_CACHE_BUSY.name == "OS_PAGECACHE_BUSY"
+
+
+def test_rocketmq_4s_spelling_of_create_mapped_file_failed_is_the_same_member():
+    assert PutMessageStatus.CREATE_MAPEDFILE_FAILED is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    assert PutMessageStatus["CREATE_MAPEDFILE_FAILED"] == "CREATE_MAPPED_FILE_FAILED"
