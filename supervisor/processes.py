@@ -1,6 +1,8 @@
 """`ServiceProcess`: the supervisor's handle on one service process (circus's Process): spawn
 it, reap it, signal it, and describe it for `status` and the metrics (pid, state, uptime,
-restarts, RSS, CPU, open file descriptors: every mmap holds one on Python 3.11).
+restarts, RSS, CPU, open file descriptors: every mmap holds one on Python 3.11). While a
+service runs, `run/<service>.pid` holds its pid (DESIGN.md section 2), as
+`run/supervisor.pid` holds the supervisor's.
 
 The state a live process reports is the one in its control-block slot, once the slot carries
 its pid; before that it is STARTING. A dead process has the state the supervisor gave it:
@@ -17,7 +19,7 @@ import subprocess
 import psutil
 
 from ipc.control_block import ControlBlock, ServiceState, Slot, now_ms
-from supervisor.runtime import mark_started, spawn_service
+from supervisor.runtime import mark_started, remove_service_pid, spawn_service, write_service_pid
 
 
 class ServiceProcess:
@@ -44,6 +46,7 @@ class ServiceProcess:
         self.stop_requested = False
         self.exit_code = None
         self.proc = spawn_service(self.config, self.name)
+        write_service_pid(self.config, self.name, self.proc.pid)
         try:
             self._ps = psutil.Process(self.proc.pid)
             self._ps.cpu_percent(None)               # the first call only sets the baseline
@@ -65,6 +68,7 @@ class ServiceProcess:
         if self.proc is None or self.proc.poll() is None:
             return None
         code = self.proc.returncode
+        remove_service_pid(self.config, self.name, self.proc.pid)
         self.proc, self._ps, self.exit_code = None, None, code
         self.cb.slot_set(self.name, Slot.EXIT_CODE, code)
         return code

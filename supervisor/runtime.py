@@ -257,6 +257,25 @@ def write_pid_file(config) -> None:
         f.write(str(os.getpid()))
 
 
+def write_service_pid(config, name: str, pid: int) -> None:
+    """run/<name>.pid: the pid of a service the supervisor just started."""
+    path = os.path.join(config.run_dir, f"{name}.pid")
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{pid}\n")
+    os.replace(path + ".tmp", path)
+
+
+def remove_service_pid(config, name: str, pid: int) -> None:
+    """Remove run/<name>.pid once that process has ended (not a newer process's file)."""
+    path = os.path.join(config.run_dir, f"{name}.pid")
+    try:
+        with open(path) as f:
+            if f.read().strip() == str(pid):
+                os.unlink(path)
+    except (FileNotFoundError, ValueError):
+        pass
+
+
 def write_address(config, address: str) -> None:
     """run/address: the front door, for clients and commands (written once the store is ready)."""
     path = os.path.join(config.run_dir, "address")
@@ -267,8 +286,8 @@ def write_address(config, address: str) -> None:
 
 def clear_run(config) -> None:
     """Empty run/ (with the store lock held and no service running): the files that say a store
-    runs here (address, control, supervisor.pid) and what the services used (config.json,
-    endpoints.json, the ipc sockets)."""
+    runs here (address, control, supervisor.pid, the services' pid files) and what the
+    services used (config.json, endpoints.json, the ipc sockets)."""
     try:
         names = os.listdir(config.run_dir)
     except FileNotFoundError:

@@ -71,6 +71,7 @@ def test_sigkill_of_a_service_is_restarted(running, name):
     os.kill(old["pid"], signal.SIGKILL)
     new = running.wait_service(name, "RUNNING", restarts=old["restarts"] + 1)
     assert new["pid"] != old["pid"] and pid_gone(old["pid"])
+    assert open(running.path("run", f"{name}.pid")).read().strip() == str(new["pid"])
     for i in range(20):
         r = put_until_ok(running, "Chaos", b"%s-after-%d" % (name.encode(), i))
         acked[(r["queue_id"], r["queue_offset"])] = b"%s-after-%d" % (name.encode(), i)

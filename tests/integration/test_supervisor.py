@@ -50,6 +50,7 @@ def test_front_door_and_clean_stop(store):
     for svc in st["services"]:
         assert svc["state"] == "RUNNING" and svc["restarts"] == 0
         assert svc["pid"] > 0 and svc["uptime_s"] >= 0
+        assert open(s.path("run", f"{svc['name']}.pid")).read().strip() == str(svc["pid"])
         assert {"rss", "cpu"} <= set(svc)
     assert {"wrote", "committed", "flushed", "dispatched", "confirm", "min"} <= set(st["positions"])
     assert "writable" in st["flags"] and st["puts"] == "accepted"
