@@ -75,6 +75,10 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
         offsets from the first are kept for the `record_sizes` tuples seen last (a batch
         shape's sizes are one tuple, `core.batch_encode`), so a batch of a shape seen before
         adds its first offset with one numpy call."""
+        return self.offsets_bytes().hex(" ", 8).upper()
+
+    def offsets_bytes(self) -> bytes:
+        """Each record's physical offset as a big-endian int64, back to back."""
         sizes = self.record_sizes or (0,)
         kept = _STARTS.get(id(sizes))
         if kept is None or kept[0] is not sizes:
@@ -83,7 +87,7 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
             if len(_STARTS) >= STARTS_KEPT:
                 _STARTS.clear()
             _STARTS[id(sizes)] = kept = (sizes, starts)    # the tuple kept: its id stays its own
-        return (kept[1] + self.wrote_offset).astype(">i8").tobytes().hex(" ", 8).upper()
+        return (kept[1] + self.wrote_offset).astype(">i8").tobytes()
 
     @property
     def msg_ids(self) -> list:

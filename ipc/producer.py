@@ -296,6 +296,7 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
         if 0 in fields["sizes"]:
             raise ValueError(EMPTY_BODY)
     fields["coalesce"] = True                         # combined replies welcome
+    fields["id_format"] = "offsets"                   # SendResult makes the ids when asked
     if queue_id is not None:
         fields["queue_id"] = queue_id
     if not wait:

@@ -25,14 +25,15 @@ class SendResult:
     client-side ids; `error_code`/`reason` are set when the store refused the put and said why. A list
     given as `msg_ids` is kept as it is (a reply's own list, not copied)."""
 
-    __slots__ = ("status", "topic", "msg_ids", "queue_id", "queue_offset", "phys_offset",
+    __slots__ = ("status", "topic", "_msg_ids", "queue_id", "queue_offset", "phys_offset",
                  "store_timestamp", "count", "_uniq_keys", "error_code", "reason")
 
     def __init__(self, status, topic="", msg_ids=(), queue_id=-1, queue_offset=-1, phys_offset=-1,
                  store_timestamp=0, count=0, uniq_keys=(), error_code=None, reason=""):
         self.status = status
         self.topic = topic
-        self.msg_ids = msg_ids if msg_ids.__class__ is list else list(msg_ids)
+        # a list, or OffsetIds made into one on first use
+        self._msg_ids = msg_ids if msg_ids.__class__ in (list, OffsetIds) else list(msg_ids)
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.phys_offset = phys_offset
@@ -45,6 +46,13 @@ class SendResult:
     @property
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def msg_ids(self) -> list:
+        ids = self._msg_ids
+        if ids.__class__ is OffsetIds:
+            self._msg_ids = ids = ids.ids()
+        return ids
 
     @property
     def msg_id(self) -> str:
@@ -84,10 +92,36 @@ def parse_send_reply(env: dict, topic: str, uniq_keys) -> SendResult:
                           reason=str(env["reason"]))
     ids = env.get("msg_ids")
     if ids is None:
-        ids = [env["msg_id"]] if env.get("msg_id") else []
+        offsets = env.get("phys_offsets")
+        if offsets.__class__ is bytes and len(offsets) % 8 == 0:   # id_format "offsets"
+            ids = OffsetIds(env.get("store_host"), offsets)
+        else:
+            ids = [env["msg_id"]] if env.get("msg_id") else []
     return SendResult(st, topic, ids, env.get("queue_id", -1), env.get("queue_offset", -1),
                       env.get("phys_offset", -1), env.get("store_timestamp", 0),
                       env.get("count", len(ids)), uniq_keys)
+
+
+class OffsetIds:
+    """A batch reply's `store_host` and `phys_offsets` (docs/PROTOCOL.md, `id_format`): the
+    offset message ids, made when `SendResult.msg_ids` is first read."""
+
+    __slots__ = ("host", "offsets")
+
+    def __init__(self, host, offsets: bytes):
+        self.host = host if host.__class__ is bytes else b""
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) // 8 if self.host else 0
+
+    def ids(self) -> list:
+        """One id per record: the store host and the offset, upper-case hex (as
+        core.message.create_message_id)."""
+        if not self.host or not self.offsets:
+            return []
+        host = self.host.hex().upper()
+        return [host + o for o in self.offsets.hex(" ", 8).upper().split()]
 
 
 def _error_code(code):

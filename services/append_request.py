@@ -53,6 +53,7 @@ class PutRequest:
     uniq_keys: list | KeyBlock | None = None
     block: memoryview | None = None
     sizes: list | None = None     # the bodies' lengths, with `bodies`
+    id_offsets: bool = False      # the reply gives the records' offsets, not their message ids
 
 
 def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
@@ -107,11 +108,12 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
                                       or set(map(type, uniq_keys)) != {str}):
             raise ProtocolError(ErrorCode.BAD_FIELD,
                                 f"field 'uniq_keys' must be a list of {len(sizes)} strings, one per body")
+    id_offsets = _id_format(env)
     if per is None:
         bodies = list(map(data.__getitem__, _slices(sizes, uniform)))
         template = Message(topic, b"", 0, 0, None, None, {}, now_ms, host)
         return PutRequest(topic, _queue_id(env), [template], wait, total, n, bodies,
-                          uniq_keys, data, sizes)
+                          uniq_keys, data, sizes, id_offsets)
     if uniq_keys is not None:
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             "field 'uniq_keys' goes with bodies only; with 'messages' each "
@@ -128,7 +130,7 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
             raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'messages[{i}]' must be a map or nil")
         msgs.append(_message(m, f"messages[{i}].", topic, data[off:off + n], host, now_ms))
         off += n
-    return PutRequest(topic, _queue_id(env), msgs, wait, total, len(msgs))
+    return PutRequest(topic, _queue_id(env), msgs, wait, total, len(msgs), id_offsets=id_offsets)
 
 
 def _slices(sizes: list, uniform: bool) -> list:
@@ -146,6 +148,14 @@ def _slices(sizes: list, uniform: bool) -> list:
             _UNIFORM_SLICES.clear()
         _UNIFORM_SLICES[key] = slices
     return slices
+
+
+def _id_format(env: dict) -> bool:
+    """Whether the reply is to give `phys_offsets` and `store_host` instead of `msg_ids`."""
+    form = field(env, "id_format", str, "ids")
+    if form not in ("ids", "offsets"):
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'id_format' must be \"ids\" or \"offsets\", got {form!r}")
+    return form == "offsets"
 
 
 def _topic(env: dict) -> str:

@@ -356,7 +356,10 @@ class Appender(ServiceLoop):
         fields = {"rid": rid, "status": PUT_OK, "queue_id": qid, "queue_offset": result.logics_offset,
                   "phys_offset": result.wrote_offset, "store_timestamp": result.store_timestamp}
         if batch:
-            fields["msg_ids"] = MsgIdArray.of(result)
+            if req.id_offsets:                # the client makes the ids (docs/PROTOCOL.md)
+                fields["phys_offsets"], fields["store_host"] = result.offsets_bytes(), result.store_host
+            else:
+                fields["msg_ids"] = MsgIdArray.of(result)
             fields["count"] = req.count
         else:
             fields["msg_id"] = result.msg_id

@@ -93,6 +93,14 @@ def test_async_puts_and_batches_roll_segments(config):
             assert r["queue_offset"] == (j // 4) * 10 and r["queue_id"] == j % 4
             assert phys_of(r["msg_ids"][0]) == r["phys_offset"]
             sent_b.setdefault(r["queue_id"], []).extend(bodies)
+            if j % 4 == 3:                    # alike in topic "C", its ids as offsets
+                o, _ = c.call("put_batch", [b"".join(bodies)], topic="C", sizes=[len(b) for b in bodies],
+                              id_format="offsets")
+                offsets = [int.from_bytes(o["phys_offsets"][i:i + 8], "big") for i in range(0, 80, 8)]
+                assert "msg_ids" not in o and o["store_host"].hex().upper() == r["msg_ids"][0][:16]
+                assert [b - a for a, b in zip(offsets, offsets[1:])] == \
+                    [phys_of(y) - phys_of(x) for x, y in zip(r["msg_ids"], r["msg_ids"][1:])]
+                assert offsets[0] == o["phys_offset"] and o["count"] == 10
         wrote = h.cb.get(Word.WROTE)
         assert h.cb.get(Word.COMMITTED) == wrote == h.cb.get(Word.CONFIRM)
         assert wait_for(lambda: h.cb.get(Word.FLUSHED) == wrote, 5)

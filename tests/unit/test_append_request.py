@@ -112,6 +112,13 @@ def test_batch_bodies_are_the_frames_slices(sizes, uniform):
         assert req.sizes == sizes and req.body_bytes == len(data) and req.count == len(sizes)
 
 
+def test_batch_id_format():
+    assert not batch({"topic": "T", "sizes": [1]}, b"a").id_offsets
+    assert not batch({"topic": "T", "sizes": [1], "id_format": "ids"}, b"a").id_offsets
+    assert batch({"topic": "T", "sizes": [1], "id_format": "offsets"}, b"a").id_offsets
+    assert batch({"topic": "T", "sizes": [1], "id_format": "offsets", "messages": [{}]}, b"a").id_offsets
+
+
 def test_batch_with_a_key_block():
     req = batch({"topic": "T", "sizes": [2, 3], "uniq_key_block": b"K1K2"}, b"aabbb")
     assert req.uniq_keys == KeyBlock(b"K1K2", 2) and req.uniq_keys.keys() == ["K1", "K2"]
@@ -145,6 +152,8 @@ def test_batch_with_per_message_fields():
     ({"topic": "T", "sizes": [1], "uniq_keys": [7]}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "uniq_keys": "k"}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1], "uniq_keys": ["k"], "messages": [{}]}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "id_format": "hex"}, b"a", ErrorCode.BAD_FIELD),
+    ({"topic": "T", "sizes": [1], "id_format": 1}, b"a", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1, 1], "uniq_key_block": b"abc"}, b"ab", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1, 1], "uniq_key_block": b""}, b"ab", ErrorCode.BAD_FIELD),
     ({"topic": "T", "sizes": [1, 1], "uniq_key_block": "k1k2"}, b"ab", ErrorCode.BAD_FIELD),

@@ -7,7 +7,7 @@ import pytest
 
 from core.codec import SCHEDULE_TOPIC
 from core.key_block import KeyBlock
-from core.message import Message
+from core.message import Message, create_message_id
 from core.status import PutMessageStatus
 from ipc.producer import UNIQ_KEY, encode_batch, encode_put
 from ipc.send_result import SendResult, parse_send_reply
@@ -185,3 +185,20 @@ def test_a_key_block_is_the_results_list_of_keys():
     r = parse_send_reply({"rid": 1, "status": "PUT_OK", "msg_ids": ["A", "B", "C"], "count": 3}, "t", block)
     assert r.uniq_keys == ["K1", "K2", "K3"] and r.uniq_key == "K1"
     assert r.uniq_keys is r.uniq_keys                       # split once
+
+
+def test_offsets_in_a_reply_are_the_message_ids():
+    host = bytes([127, 0, 0, 1, 0, 0, 0x2A, 0x9F])
+    offsets = [0, 167, 1 << 40]
+    env = {"rid": 1, "status": "PUT_OK", "count": 3, "store_host": host,
+           "phys_offsets": b"".join(o.to_bytes(8, "big") for o in offsets)}
+    r = parse_send_reply(env, "t", [])
+    assert r.msg_ids == [create_message_id(host, o) for o in offsets] and r.count == 3
+    assert r.msg_id == "7F00000100002A9F0000000000000000" and r.msg_ids is r.msg_ids
+    assert parse_send_reply({**env, "store_host": b""}, "t", []).msg_ids == []
+    assert parse_send_reply({**env, "phys_offsets": b"123"}, "t", []).msg_ids == []   # not 8 each
+
+
+def test_every_batch_asks_for_offsets():
+    for items in ([b"a", b"b"], [Message("orders", b"a")]):
+        assert encode_batch("orders", items)[0]["id_format"] == "offsets"
