@@ -1,13 +1,13 @@
 """Where a batched put's CPU goes: per-thread CPU of every store service and of the producer.
 
 Starts a fresh store (`mqstore start`, as `pipeline.py` does), runs one producer process that
-sends batches of 100 bodies with 50 batches in flight (the `batch100 x1` row of
-`pipeline.py`; `--producers 16`: sixteen with 4 each, the `x16` row), and reads /proc/<pid>/task/<tid>/stat and schedstat of every thread of the
-services and of the producer before and after a window in the middle of the run. It prints,
-per thread, the cores it used, its CPU per batch (user and kernel), and the share of the
-window it spent runnable but waiting for a CPU: the thread that waits most while using most is
-the one a faster machine would speed up first. The last line adds it up and sets it beside
-what the whole machine was busy with in the same window.
+sends batches of 100 bodies with 50 batches in flight (the `batch100 x1` row of `pipeline.py`;
+`--producers 16`: sixteen with 4 each, the `x16` row), and reads /proc/<pid>/task/<tid>/stat
+and schedstat of every thread of the services and of the producer before and after a window in
+the middle of the run. It prints, per thread, the cores it used, its CPU per batch (user and
+kernel), and the share of the window it spent runnable but waiting for a CPU: the thread that
+waits most while using most is the one a faster machine would speed up first. The last line
+adds it up and sets it beside what the whole machine was busy with in the same window.
 
     .venv/bin/python benchmarks/cpu_per_batch.py [--flush ASYNC_FLUSH|SYNC_FLUSH] [--seconds 10]
         [--size BYTES] [--cache-window MIB] [--producers N]

@@ -169,8 +169,7 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
         return PutMessageStatus.MESSAGE_ILLEGAL
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes)
     if recs is None:
-        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes,
-                             uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys)
+        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys))
     if recs.__class__ is not PutMessageStatus and \
             (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
         return PutMessageStatus.MESSAGE_ILLEGAL
@@ -250,8 +249,8 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
                     pass
             _SHAPES[key] = batch._shape
         return batch
-    return PreparedBatch(shape, np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF,
-                         born, joined, bodies, b"".join(bodies) if block is None else block)
+    crcs = np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF
+    return PreparedBatch(shape, crcs, born, joined, bodies, b"".join(bodies) if block is None else block)
 
 
 def _key_list(uniq_keys):

@@ -24,6 +24,8 @@ class KeyBlock(NamedTuple):
 
     def keys(self) -> list[str]:
         """The keys as strings, in order."""
+        if not self.count:
+            return []
         text = self.data.decode("ascii")
         w = self.width
         return [text[i:i + w] for i in range(0, len(text), w)]

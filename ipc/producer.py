@@ -18,17 +18,19 @@ every 30 s.
 The batch path does the least Python per message: bodies joined into one frame, `sizes`
 from one call, and for a batch of bodies the UNIQ_KEYs as one block of bytes
 (`uniq_key_block`, made by `next_key_block` without a string per key); a batch of Messages
-gets a small map of metadata per message. Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE,
-OS_PAGECACHE_BUSY, timeouts and lost connections, with the same UNIQ_KEYs (so a retried
-message can be told apart from a new one: at-least-once delivery); each attempt has the
-send's `timeout`, and one that timed out is sent again after a new hello, so that a store
-restarted on other ports is followed. While the appender is unreachable a send waits for it
-(up to its timeout) and nothing stays queued in the client, so a send that failed that way is
-never stored later; it is tried again only when a new hello is answered, so that a send to a
-stopped store fails after one timeout and one hello (PeerUnreachable, a TimeoutError). A send
-whose reply was lost (the store died after storing it, or answered too late) may be stored
-and then sent again, so delivery is at least once: consumers that must not see a message
-twice deduplicate by UNIQ_KEY, as with RocketMQ.
+gets a small map of metadata per message. Batch replies carry the records' offsets
+(`id_format` "offsets"): SendResult makes the message ids only when they are read.
+
+Sync sends retry `retries` times on SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY, timeouts and
+lost connections, with the same UNIQ_KEYs (so a retried message can be told apart from a new
+one: at-least-once delivery); each attempt has the send's `timeout`, and one that timed out is
+sent again after a new hello, so that a store restarted on other ports is followed. While the
+appender is unreachable a send waits for it (up to its timeout) and nothing stays queued in
+the client, so a send that failed that way is never stored later; it is tried again only when
+a new hello is answered, so that a send to a stopped store fails after one timeout and one
+hello (PeerUnreachable, a TimeoutError). A send whose reply was lost (the store died after
+storing it, or answered too late) may be stored and then sent again, so delivery is at least
+once: consumers that must not see a message twice deduplicate by UNIQ_KEY, as with RocketMQ.
 
 Arguments are checked before anything is sent (or a topic created for a sharding key): a
 timeout must be a finite number of seconds above 0 (one that left no time for a reply made

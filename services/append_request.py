@@ -41,8 +41,8 @@ class IllegalMessage(ProtocolError):
 class PutRequest:
     """`messages`, one per record; or, for a batch without per-message fields, one template
     message in `messages`, the records' bodies in `bodies` and maybe their UNIQ_KEYs in
-    `uniq_keys` (a list of strings or a `core.key_block.KeyBlock`), with `block` the frame that holds the bodies back to back (for
-    `core.batch_encode.prepare_columns`)."""
+    `uniq_keys` (a list of strings or a `core.key_block.KeyBlock`), with `block` the frame
+    that holds the bodies back to back (for `core.batch_encode.prepare_columns`)."""
     topic: str
     queue_id: int | None          # None: the appender picks one round robin
     messages: list
@@ -154,7 +154,8 @@ def _id_format(env: dict) -> bool:
     """Whether the reply is to give `phys_offsets` and `store_host` instead of `msg_ids`."""
     form = field(env, "id_format", str, "ids")
     if form not in ("ids", "offsets"):
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"field 'id_format' must be \"ids\" or \"offsets\", got {form!r}")
+        raise ProtocolError(ErrorCode.BAD_FIELD,
+                            f"field 'id_format' must be \"ids\" or \"offsets\", got {form!r}")
     return form == "offsets"
 
 

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.key_block import KeyBlock, block_problem
+from ipc.producer import UniqKeyGenerator
 
 ascii_keys = st.integers(1, 40).flatmap(
     lambda w: st.lists(st.text(st.characters(min_codepoint=0, max_codepoint=127), min_size=w, max_size=w),
@@ -25,3 +26,8 @@ def test_what_is_not_a_block():
     assert "3 keys" in block_problem(b"abcd", 3)            # does not split evenly
     assert block_problem(b"", 1) and block_problem(b"ab", 0)
     assert block_problem("ключ".encode(), 2) == "must be ASCII"
+
+
+def test_no_keys():
+    assert KeyBlock(b"", 0).keys() == []
+    assert UniqKeyGenerator().next_keys(0) == []
