@@ -49,10 +49,7 @@ class SendResult:
 
     @property
     def msg_ids(self) -> list:
-        ids = self._msg_ids
-        if ids.__class__ is OffsetIds:
-            self._msg_ids = ids = ids.ids()
-        return ids
+        return self._listed("_msg_ids", OffsetIds, OffsetIds.ids)
 
     @property
     def msg_id(self) -> str:
@@ -60,10 +57,15 @@ class SendResult:
 
     @property
     def uniq_keys(self) -> list:
-        keys = self._uniq_keys
-        if keys.__class__ is KeyBlock:
-            self._uniq_keys = keys = keys.keys()
-        return keys
+        return self._listed("_uniq_keys", KeyBlock, KeyBlock.keys)
+
+    def _listed(self, slot: str, lazy: type, make) -> list:
+        """The list kept in `slot`, made from its `lazy` form (`make(lazy)`) on first use."""
+        value = getattr(self, slot)
+        if value.__class__ is lazy:
+            value = make(value)
+            setattr(self, slot, value)
+        return value
 
     @property
     def uniq_key(self) -> str:
