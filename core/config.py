@@ -26,8 +26,9 @@ Decisions beyond RocketMQ:
 - `use_transient_store_pool` is RocketMQ 4.x's effective switch: the pool is used only by
   an ASYNC_FLUSH master.
 
-Format parameters (`FORMAT_KEYS`) decide the byte layout of files already on disk;
-`core.store_format` records them at creation and refuses a store opened with other values.
+Format parameters (`FORMAT_KEYS`: the sizes that decide the byte layout of files already on
+disk, and where the CommitLog is) are recorded by `core.store_format` at creation, and a store
+opened with other values is refused.
 """
 import dataclasses
 import difflib
@@ -48,7 +49,7 @@ ENV_PREFIX = "MQSTORE_"
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
-               "max_hash_slot_num", "max_index_num")
+               "max_hash_slot_num", "max_index_num", "store_path_commit_log")
 STORE_FORMAT_FILE = "store_format.json"
 _TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
 _DELETE_WHEN = re.compile(r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$")
@@ -121,6 +122,9 @@ class StoreConfig:
     """RocketMQ's MessageStoreConfig (snake_case, same defaults) plus mqstore's own keys."""
 
     store_path_root_dir: str = os.path.expanduser("~/store")
+    # RocketMQ's storePathCommitLog: the CommitLog's directory ("": <root>/commitlog), for
+    # example on a disk of its own. One directory; RocketMQ's comma-separated list is refused.
+    store_path_commit_log: str = ""
     mapped_file_size_commitlog: int = 1073741824
     mapped_file_size_consume_queue: int = 6000000
     flush_disk_type: str = "ASYNC_FLUSH"
@@ -212,6 +216,13 @@ class StoreConfig:
             raise ConfigError("store_path_root_dir = '': must name a directory",
                               "store_path_root_dir")
         object.__setattr__(self, "store_path_root_dir", os.path.abspath(os.path.expanduser(root)))
+        log_dir = self.store_path_commit_log
+        if log_dir:
+            if "," in log_dir:
+                raise ConfigError(f"store_path_commit_log = {log_dir!r}: RocketMQ's list of CommitLog "
+                                  "directories (comma-separated) is not supported; give one directory",
+                                  "store_path_commit_log")
+            object.__setattr__(self, "store_path_commit_log", os.path.abspath(os.path.expanduser(log_dir)))
         for key in ("flush_disk_type", "broker_role"):
             object.__setattr__(self, key, getattr(self, key).upper())
         self._correct_as_rocketmq()
@@ -275,7 +286,11 @@ class StoreConfig:
             _parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
 
     # ---------------------------------------------------------------- paths (DESIGN.md 2)
-    commitlog_dir = _under_root("commitlog")
+    @property
+    def commitlog_dir(self) -> str:
+        """`store_path_commit_log`, or <store_path_root_dir>/commitlog."""
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
     consumequeue_dir = _under_root("consumequeue")
     index_dir = _under_root("index")
     checkpoint_path = _under_root("checkpoint")

@@ -13,6 +13,8 @@ import re
 from core.config import FORMAT_KEYS, STORE_FORMAT_FILE, StoreConfig, StoreFormatError
 
 STORE_FORMAT_VERSION = 1
+# Format keys added after stores were created: the value a format file without them means.
+ADDED_LATER = {"store_path_commit_log": ""}
 
 
 def check_store_format(config: StoreConfig, fileops) -> dict:
@@ -39,15 +41,17 @@ def check_store_format(config: StoreConfig, fileops) -> dict:
     if not isinstance(version := record.get("version"), int) or version > STORE_FORMAT_VERSION:
         raise StoreFormatError(f"store format file {path} has version {version!r}; this mqstore "
                                f"reads version {STORE_FORMAT_VERSION} and older", "version")
+    recorded = {key: record.get(key, ADDED_LATER.get(key)) for key in FORMAT_KEYS}
     for key in FORMAT_KEYS:
-        created = record.get(key)
+        created = recorded[key]
         if created != current[key]:
+            what = ("its CommitLog is in that directory" if key == "store_path_commit_log" else
+                    "this parameter fixes the layout of files already written")
             raise StoreFormatError(
                 f"{key}: the store at {config.store_path_root_dir} was created with {created!r} "
-                f"and is configured now with {current[key]!r}; this parameter fixes the layout "
-                f"of files already written, so the store must be opened with {key} = {created!r} "
-                f"(recorded in {path})", key)
-    return {key: record[key] for key in FORMAT_KEYS}
+                f"and is configured now with {current[key]!r}; {what}, so the store must be opened "
+                f"with {key} = {created!r} (recorded in {path})", key)
+    return recorded
 
 
 def _first_file_size(directory: str, name_re: str) -> tuple[str, int] | None:

@@ -83,8 +83,13 @@ def disk_usage(config) -> dict:
     """Bytes the store's parts take, and the file system's size, use and free space."""
     root = config.store_path_root_dir
     parts = {part: _tree_bytes(os.path.join(root, part)) for part in STORE_PARTS}
+    store = _tree_bytes(root)
+    if config.store_path_commit_log:            # the CommitLog's own directory, maybe elsewhere
+        parts["commitlog"] = _tree_bytes(config.commitlog_dir)
+        if os.path.relpath(config.commitlog_dir, root).startswith(os.pardir):
+            store += parts["commitlog"]
     fs = shutil.disk_usage(root)
-    return {"store_bytes": _tree_bytes(root), **{f"{k}_bytes": v for k, v in parts.items()},
+    return {"store_bytes": store, **{f"{k}_bytes": v for k, v in parts.items()},
             "fs_total": fs.total, "fs_used": fs.used, "fs_free": fs.free,
             "fs_used_ratio": max(0.0, disk_used_ratio(root))}
 

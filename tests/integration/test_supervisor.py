@@ -141,6 +141,21 @@ def test_status_and_stop_commands(store):
     assert cli("stop", "--store", s.root).returncode == 1
 
 
+def test_a_commitlog_on_a_directory_of_its_own(store, tmp_path):
+    """store_path_commit_log (RocketMQ's storePathCommitLog): every service finds the log there."""
+    log_dir = str(tmp_path / "disk2" / "commitlog")
+    s = store(store_path_commit_log=log_dir).start()
+    put_some(s, "Far", 40, size=600)
+    assert wait_for(lambda: s.status()["lags"]["dispatch"] == 0, 10)
+    assert os.listdir(log_dir) and not os.path.exists(s.path("commitlog"))
+    assert s.status()["disk"]["commitlog_bytes"] > 0
+    reader = s.call("hello")[0]["reader"]
+    pulled, _ = s.call("pull", endpoint=reader, group="g", topic="Far", queue_id=0, offset=0, max_msgs=32)
+    assert pulled["status"] == "FOUND" and pulled["count"] == 10
+    assert s.stop() == 0
+    assert cli("check", "--store", s.root).returncode == 0
+
+
 def test_second_supervisor_on_the_same_store_is_refused(store):
     s = store().start()
     other = store("other", root=s.root).start(wait_ready=False)

@@ -379,9 +379,36 @@ def test_store_format_written_then_checked(tmp_path):
     check_store_format(cfg.replace(flush_disk_type="SYNC_FLUSH", max_message_size=10), FileOps())
 
 
+def test_store_path_commit_log(tmp_path, monkeypatch):
+    root = StoreConfig(store_path_root_dir=tmp_path)
+    assert root.store_path_commit_log == "" and root.commitlog_dir == str(tmp_path / "commitlog")
+    monkeypatch.chdir(tmp_path)
+    elsewhere = StoreConfig(store_path_root_dir=tmp_path / "r", store_path_commit_log="logs/cl")
+    assert elsewhere.commitlog_dir == elsewhere.store_path_commit_log == str(tmp_path / "logs" / "cl")
+    home = StoreConfig(store_path_root_dir=tmp_path, store_path_commit_log="~/cl")
+    assert home.commitlog_dir == os.path.expanduser("~/cl")
+    with pytest.raises(ConfigError, match="comma-separated"):
+        StoreConfig(store_path_root_dir=tmp_path, store_path_commit_log="/a,/b")
+    env = StoreConfig.from_sources(env={"MQSTORE_STORE_PATH_COMMIT_LOG": str(tmp_path / "e")},
+                                   store_path_root_dir=str(tmp_path))
+    assert env.commitlog_dir == str(tmp_path / "e")
+
+
+def test_a_format_file_from_before_store_path_commit_log_opens(tmp_path):
+    cfg = StoreConfig(store_path_root_dir=tmp_path)
+    check_store_format(cfg, FileOps())
+    path = tmp_path / "config" / "store_format.json"
+    old = json.loads(path.read_text())
+    del old["store_path_commit_log"]
+    path.write_text(json.dumps(old))
+    assert check_store_format(cfg, FileOps())["store_path_commit_log"] == ""
+    with pytest.raises(StoreFormatError, match="its CommitLog is in that directory"):
+        check_store_format(cfg.replace(store_path_commit_log=str(tmp_path / "x")), FileOps())
+
+
 @pytest.mark.parametrize("key, value", [
     ("mapped_file_size_commitlog", 16384), ("mapped_file_size_consume_queue", 400),
-    ("max_hash_slot_num", 101), ("max_index_num", 401)])
+    ("max_hash_slot_num", 101), ("max_index_num", 401), ("store_path_commit_log", "/elsewhere")])
 def test_store_format_mismatch_refused(tmp_path, key, value):
     cfg = StoreConfig(store_path_root_dir=tmp_path, mapped_file_size_commitlog=8192,
                       mapped_file_size_consume_queue=200, max_hash_slot_num=100, max_index_num=400)

@@ -116,3 +116,25 @@ def test_shutdown_drains_dispatch(tiny_config, open_store):
     st2 = open_store(cfg, start=False)
     assert st2.recovery_report.end_offset == st2.get_max_phy_offset()
     assert st2.get_max_offset_in_queue("D", 0) == 200
+
+
+def test_a_commitlog_in_a_directory_of_its_own(tiny_config, open_store, tmp_path):
+    """RocketMQ's storePathCommitLog: segments there, nothing under <root>/commitlog; a reopen
+    without it is refused (the store's log is there), and fsck finds it from the format file."""
+    from core import fsck
+    from core.config import StoreFormatError
+    log_dir = tmp_path / "disk2" / "commitlog"
+    cfg = tiny_config(store_path_commit_log=str(log_dir))
+    store = open_store(cfg)
+    for i in range(200):
+        assert store.put_message(Message("T", b"m%03d" % i * 40)).ok
+    assert store.wait_for_dispatch()
+    store.shutdown()
+    assert len(os.listdir(log_dir)) > 1 and not os.path.exists(os.path.join(cfg.store_path_root_dir, "commitlog"))
+    with pytest.raises(StoreFormatError, match="store_path_commit_log"):
+        MessageStore(tiny_config()).load()
+    again = open_store(cfg)
+    got = again.get_message("g", "T", 0, 0, 32)
+    assert [bytes(m.body) for m in got.messages][:2] == [b"m000" * 40, b"m001" * 40]
+    again.shutdown()
+    assert fsck.check(cfg.store_path_root_dir).ok
