@@ -135,8 +135,7 @@ def _properties_string(msg) -> tuple[str, int, str | None, str]:
     tags = msg.tags
     keys = msg.keys
     if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
-            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props or "  " in keys
-                          or keys[0] == " " or keys[-1] == " ")):
+            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props)):
         return _properties_string_general(msg)
     try:
         s = "\x02".join(map("\x01".join, props.items())) + "\x02"
@@ -157,14 +156,13 @@ def _properties_string(msg) -> tuple[str, int, str | None, str]:
 
 
 def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
-    """`_properties_string` for any message: KEYS normalized (a list joined, empty tokens
-    dropped), TAGS and KEYS set over the properties of those names, None values left out."""
+    """`_properties_string` for any message: KEYS a str as given (RocketMQ's setKeys(String)) or
+    a list joined by single spaces, empty ones dropped; TAGS and KEYS set over the properties of
+    those names, None values left out."""
     tags = msg.tags
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):
         keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
-    elif keys:
-        keys = KEY_SEPARATOR.join(k for k in keys.split(KEY_SEPARATOR) if k)
     if msg.properties:
         props = dict(msg.properties)
         if tags:

@@ -85,9 +85,8 @@ class Message:
         props = dict(self.properties)
         if self.tags:
             props[PROPERTY_TAGS] = self.tags
-        keys = self.keys_list
-        if keys:
-            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else KEY_SEPARATOR.join(self.keys_list)
         return props
 
 

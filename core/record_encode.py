@@ -83,8 +83,7 @@ def _end_of(tags, keys):
     """(the end of a property string after the message's own pairs: "\\x02", then the TAGS and
     KEYS pairs; the number of those pairs) for TAGS and KEYS that `_properties_string` would
     write as they are, cached; None for any other (a list of keys, a tag that is not a str)."""
-    if (tags and tags.__class__ is not str) or (keys and (
-            keys.__class__ is not str or "  " in keys or keys[0] == " " or keys[-1] == " ")):
+    if (tags and tags.__class__ is not str) or (keys and keys.__class__ is not str):
         return None
     end = ("\x02" + (f"{PROPERTY_TAGS}\x01{tags}\x02" if tags else "")
            + (f"{PROPERTY_KEYS}\x01{keys}\x02" if keys else ""), bool(tags) + bool(keys))
