@@ -33,7 +33,7 @@ from core.codec import (
     MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
 )
 from core.crc import crc32, crc32_for_size
-from core.key_block import KeyBlock, block_problem
+from core.key_block import KeyBlock, block_problem, key_list
 from core.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
@@ -169,7 +169,7 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
         return PutMessageStatus.MESSAGE_ILLEGAL
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes)
     if recs is None:
-        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys))
+        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys))
     if recs.__class__ is not PutMessageStatus and \
             (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
         return PutMessageStatus.MESSAGE_ILLEGAL
@@ -232,15 +232,15 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     born = msg.born_timestamp
     if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
             or not -(1 << 63) <= born < 1 << 63:
-        return _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
     try:
         key = _shape_key(msg, n, sizes[0], len(joined) // n if keyed else None, max_message_size,
                          store_host_bytes)
         shape = _SHAPES.get(key)
     except TypeError:                                   # an unhashable field: no cache
-        return _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
     if shape is None:
-        batch = _columns(msg, bodies, max_message_size, store_host_bytes, _key_list(uniq_keys), block)
+        batch = _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
         if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
             if len(_SHAPES) >= SHAPES_KEPT:
                 try:
@@ -251,11 +251,6 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
         return batch
     crcs = np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF
     return PreparedBatch(shape, crcs, born, joined, bodies, b"".join(bodies) if block is None else block)
-
-
-def _key_list(uniq_keys):
-    """The keys as `_columns` and `prepare_batch` take them: a list of strings (or None)."""
-    return uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys
 
 
 def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_size: int,

@@ -35,6 +35,12 @@ class KeyBlock(NamedTuple):
         return b"\x01" in self.data or b"\x02" in self.data
 
 
+def key_list(uniq_keys):
+    """UNIQ_KEYs given as a list of strings or as a KeyBlock, as a list of strings (None stays
+    None): for the paths that take them one by one."""
+    return uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else uniq_keys
+
+
 def block_problem(data: bytes, count: int) -> str | None:
     """Why `data` is not a block of `count` keys (None when it is one): it must be ASCII and
     split into `count` keys of one length, at least one byte each."""

@@ -151,6 +151,15 @@ def create_message_id(store_host_bytes: bytes, phys_offset: int) -> str:
     return (store_host_bytes + struct.pack(">q", phys_offset)).hex().upper()
 
 
+def message_ids(store_host_bytes: bytes, offsets: bytes) -> list[str]:
+    """`create_message_id` of every record of a batch, from its offsets as big-endian int64s
+    back to back: one hex call for the whole batch."""
+    if not store_host_bytes or not offsets:
+        return []
+    host = store_host_bytes.hex().upper()
+    return (host + offsets.hex(" ", 8).upper().replace(" ", " " + host)).split()
+
+
 def decode_message_id(msg_id: str) -> tuple[tuple, int]:
     """((address, port), physical offset) from an offset message id (32 hex digits IPv4, 56 IPv6)."""
     raw = bytes.fromhex(msg_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.codec import MAX_PROPERTIES_BYTES, _properties_string
-from core.key_block import KeyBlock
+from core.key_block import key_list
 from core.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
@@ -27,8 +27,7 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
     strings or a `core.key_block.KeyBlock`) UNIQ_KEY."""
     if bodies is not None:
         template = messages[0]
-        keys = uniq_keys.keys() if uniq_keys.__class__ is KeyBlock else \
-            uniq_keys if uniq_keys is not None else [None] * len(bodies)
+        keys = key_list(uniq_keys) if uniq_keys is not None else [None] * len(bodies)
         items = [(template, body, key) for body, key in zip(bodies, keys)]
     else:
         items = [(m, m.body, None) for m in messages]

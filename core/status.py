@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.message import message_ids
+
 
 class PutMessageStatus(enum.StrEnum):
     PUT_OK = "PUT_OK"
@@ -96,8 +98,7 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
             return []
         if len(self.record_sizes) <= 1:                 # a single put: no array needed
             return [(self.store_host + self.wrote_offset.to_bytes(8, "big", signed=True)).hex().upper()]
-        host = self.store_host.hex().upper()
-        return (host + self.offsets_hex().replace(" ", " " + host)).split()
+        return message_ids(self.store_host, self.offsets_bytes())
 
     @property
     def msg_id(self) -> str:

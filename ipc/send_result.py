@@ -8,6 +8,7 @@ field, a bad topic name) MESSAGE_ILLEGAL.
 from __future__ import annotations
 
 from core.key_block import KeyBlock
+from core.message import message_ids
 from core.status import PutMessageStatus
 from ipc.protocol import ERROR, ErrorCode
 
@@ -118,12 +119,8 @@ class OffsetIds:
         return len(self.offsets) // 8 if self.host else 0
 
     def ids(self) -> list:
-        """One id per record: the store host and the offset, upper-case hex (as
-        core.message.create_message_id)."""
-        if not self.host or not self.offsets:
-            return []
-        host = self.host.hex().upper()
-        return [host + o for o in self.offsets.hex(" ", 8).upper().split()]
+        """One id per record (core.message.message_ids)."""
+        return message_ids(self.host, self.offsets)
 
 
 def _error_code(code):

@@ -259,10 +259,7 @@ def write_pid_file(config) -> None:
 
 def write_service_pid(config, name: str, pid: int) -> None:
     """run/<name>.pid: the pid of a service the supervisor just started."""
-    path = os.path.join(config.run_dir, f"{name}.pid")
-    with open(path + ".tmp", "w") as f:
-        f.write(f"{pid}\n")
-    os.replace(path + ".tmp", path)
+    _write_run_file(config, f"{name}.pid", f"{pid}\n")
 
 
 def remove_service_pid(config, name: str, pid: int) -> None:
@@ -278,9 +275,14 @@ def remove_service_pid(config, name: str, pid: int) -> None:
 
 def write_address(config, address: str) -> None:
     """run/address: the front door, for clients and commands (written once the store is ready)."""
-    path = os.path.join(config.run_dir, "address")
+    _write_run_file(config, "address", address + "\n")
+
+
+def _write_run_file(config, name: str, text: str) -> None:
+    """run/<name>, replaced whole (a reader never sees half of it)."""
+    path = os.path.join(config.run_dir, name)
     with open(path + ".tmp", "w") as f:
-        f.write(address + "\n")
+        f.write(text)
     os.replace(path + ".tmp", path)
 
 

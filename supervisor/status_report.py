@@ -35,7 +35,7 @@ LAGS = {
     "confirm": ("wrote", "confirm"), "dispatch": ("confirm", "dispatched"),
     "dispatch_durable": ("dispatched", "dispatched_durable"),
 }
-STORE_PARTS = ("commitlog", "consumequeue", "index")
+STORE_PARTS = ("commitlog", "consumequeue", "index")    # each config.<part>_dir
 
 
 def positions(cb: ControlBlock) -> dict:
@@ -82,12 +82,10 @@ def _tree_bytes(path: str) -> int:
 def disk_usage(config) -> dict:
     """Bytes the store's parts take, and the file system's size, use and free space."""
     root = config.store_path_root_dir
-    parts = {part: _tree_bytes(os.path.join(root, part)) for part in STORE_PARTS}
-    store = _tree_bytes(root)
-    if config.store_path_commit_log:            # the CommitLog's own directory, maybe elsewhere
-        parts["commitlog"] = _tree_bytes(config.commitlog_dir)
-        if os.path.relpath(config.commitlog_dir, root).startswith(os.pardir):
-            store += parts["commitlog"]
+    dirs = {part: getattr(config, f"{part}_dir") for part in STORE_PARTS}
+    parts = {part: _tree_bytes(d) for part, d in dirs.items()}
+    store = _tree_bytes(root) + sum(parts[p] for p, d in dirs.items()   # a part kept elsewhere
+                                    if os.path.relpath(d, root).startswith(os.pardir))
     fs = shutil.disk_usage(root)
     return {"store_bytes": store, **{f"{k}_bytes": v for k, v in parts.items()},
             "fs_total": fs.total, "fs_used": fs.used, "fs_free": fs.free,
