@@ -1,0 +1,205 @@
+"""`spark.readStream.format("mqstore")`: one topic of a running store, followed queue by queue.
+
+The offsets Spark keeps in its checkpoint are the next queue offset of every queue,
+`{"topic": "T", "queues": {"0": 120, "1": 98}}`, so a query restarted from its checkpoint goes
+on where it stopped: a micro-batch is the queue-offset range [start, end) of each queue, and
+reading it again (Spark replays a batch that was planned but not committed) gives the same
+messages. The end of each queue is its max offset as the store's reader answers it: messages
+dispatched to the consume queue, whole and (under SYNC_FLUSH) flushed.
+
+Options: `address` (tcp://host:port) or `path` (the store root: its run/address), `topic`
+(required), `startingOffsets` ("earliest", the default: every queue from its first message;
+"latest": only what arrives after the query first starts; or JSON such as {"0": 10, "3": 0},
+other queues from their first message), `maxMessagesPerTrigger` (a cap on queue offsets per
+micro-batch, spread over the queues), `tagFilter` (RocketMQ's `TagA || TagB`), and `group`: a
+consumer group whose offsets in the store follow the query's committed batches (so that
+`mqstore status` and Admin.consumer_lag show its lag; nothing is read from them).
+
+A queue that appears later (the topic got more queues) is read from its offset 0. Messages
+deleted by retention before a batch read them are skipped (the pull answers OFFSET_TOO_SMALL
+and points past them), as a RocketMQ consumer skips them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from core.status import GetMessageStatus
+from ipc.received import split_records
+from pipeline import options as opt
+from pipeline.rows import message_row
+
+PULL_MAX = 1024                  # messages asked per pull (the reader repeats pulls up to this)
+MISSING_WAIT_S = 10.0            # how long a read waits for messages its plan said were there
+_SKIP = {GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_FOUND_NULL,
+         GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.MESSAGE_WAS_REMOVING}
+
+
+@dataclasses.dataclass
+class QueueRange(InputPartition):
+    """Queue offsets [start, end) of one queue of a topic."""
+    address: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    tag_filter: str | None
+
+
+def plan_queue_ranges(address: str, topic: str, start: dict, end: dict, tag_filter) -> list:
+    """The partitions between two offsets of this module's form: one per queue that moved."""
+    begin = start.get("queues", {})
+    ranges = []
+    for q, e in sorted(end.get("queues", {}).items(), key=lambda kv: int(kv[0])):
+        s = begin.get(q, 0)
+        if e > s:
+            ranges.append(QueueRange(address, topic, int(q), s, e, tag_filter))
+    return ranges
+
+
+def read_queue_range(part: QueueRange, group: str = "spark"):
+    """Yield the rows of the messages with queue offsets in [start, end) (tag-filtered)."""
+    from ipc.connection import Connection
+    conn = Connection(part.address, background=False)
+    try:
+        offset, waited_since = part.start, None
+        while offset < part.end:
+            fields = {"group": group, "topic": part.topic, "queue_id": part.queue_id, "offset": offset,
+                      "max_msgs": min(PULL_MAX, part.end - offset), "format": "raw", "repeat": PULL_MAX}
+            if part.tag_filter is not None:
+                fields["tag_filter"] = part.tag_filter
+            env, frames = conn.call_with_frames("reader", "pull", **fields)
+            status = GetMessageStatus(env["status"])
+            nxt = env.get("next_begin_offset", offset)
+            if status is GetMessageStatus.FOUND and nxt > offset:
+                for m in split_records(frames[0] if frames else b""):
+                    if m.queue_offset >= part.end:
+                        return
+                    yield message_row(m)
+            elif status not in _SKIP or nxt <= offset:
+                waited_since = waited_since or time.monotonic()
+                if time.monotonic() - waited_since > MISSING_WAIT_S:
+                    raise ValueError(
+                        f"{part.topic} queue {part.queue_id}: offsets up to {part.end} were planned "
+                        f"but a pull at {offset} answers {status.value} (max offset "
+                        f"{env.get('max_offset')}); was the store replaced or recovered to less?")
+                time.sleep(0.05)
+                continue
+            waited_since = None
+            offset = nxt
+    finally:
+        conn.close()
+
+
+def spread(available: dict, budget: int) -> dict:
+    """How many offsets to take of each queue (`available`: queue -> offsets waiting) so that
+    the total is at most `budget`, shared as evenly as the queues allow."""
+    take = dict.fromkeys(available, 0)
+    left = {q: n for q, n in available.items() if n > 0}
+    while budget > 0 and left:
+        share = max(1, budget // len(left))
+        for q in sorted(left, key=int):
+            n = min(share, left[q], budget)
+            take[q] += n
+            left[q] -= n
+            budget -= n
+            if budget == 0:
+                break
+        left = {q: n for q, n in left.items() if n > 0}
+    return take
+
+
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One instance on the driver plans (offsets, partitions, commit); the executors' copies
+    only read, from what their partition holds."""
+
+    def __init__(self, options):
+        self.topic = opt.one_topic(options)
+        self.address = opt.address(options)
+        self.tag_filter = opt.text(options, "tagFilter")
+        self.group = opt.text(options, "group")
+        self.starting = opt.text(options, "startingOffsets", "earliest")
+        self.max_per_trigger = opt.integer(options, "maxMessagesPerTrigger", 0, 0)
+        self._starting_queues()                      # refuse a bad value before the query runs
+        self.target: dict | None = None               # availableNow: the end to stop at
+
+    def _starting_queues(self) -> dict | None:
+        """The queues of a JSON startingOffsets, or None for earliest/latest."""
+        if self.starting in ("earliest", "latest"):
+            return None
+        try:
+            given = json.loads(self.starting)
+            if not isinstance(given, dict):
+                raise ValueError
+            return {str(int(q)): int(o) for q, o in given.items()}
+        except (ValueError, TypeError):
+            raise ValueError(f"option startingOffsets={self.starting!r}: earliest, latest or a JSON "
+                             'object of queue id to queue offset such as {"0": 10}') from None
+
+    def _admin(self):
+        from ipc.admin import Admin
+        return Admin(self.address)
+
+    def _bounds(self) -> dict:
+        """queue id (str) -> (min offset, max offset) of the topic's queues now."""
+        from ipc.connection import MQError
+        from ipc.protocol import ErrorCode
+        admin = self._admin()
+        try:
+            listed = admin.queue_offsets(self.topic)
+        except MQError as e:
+            if e.code != ErrorCode.NOT_FOUND:          # a topic not created yet has no queues
+                raise
+            listed = []
+        finally:
+            admin.close()
+        return {str(e["queue_id"]): (e["min_offset"], e["max_offset"]) for e in listed}
+
+    def initialOffset(self) -> dict:
+        bounds = self._bounds()
+        given = self._starting_queues()
+        if given is not None:
+            queues = {q: lo for q, (lo, _hi) in bounds.items()}
+            queues.update(given)
+        else:
+            pick = 0 if self.starting == "earliest" else 1
+            queues = {q: b[pick] for q, b in bounds.items()}
+        return {"topic": self.topic, "queues": queues}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {q: hi for q, (_lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        ends = self.target if self.target is not None else {q: hi for q, (_lo, hi) in self._bounds().items()}
+        begin = start.get("queues", {})
+        queues = dict(begin)
+        for q, hi in ends.items():
+            queues[q] = max(hi, begin.get(q, 0))
+        if isinstance(limit, ReadMaxRows):
+            waiting = {q: queues[q] - begin.get(q, 0) for q in queues}
+            taken = spread(waiting, limit.max_rows)
+            queues = {q: begin.get(q, 0) + taken[q] for q in queues}
+        return {"topic": self.topic, "queues": queues}
+
+    def partitions(self, start: dict, end: dict) -> list:
+        return plan_queue_ranges(self.address, self.topic, start, end, self.tag_filter)
+
+    def read(self, partition: QueueRange):
+        return read_queue_range(partition, self.group or "spark")
+
+    def commit(self, end: dict) -> None:
+        if not self.group:
+            return
+        admin = self._admin()
+        try:
+            for q, offset in end.get("queues", {}).items():
+                admin.commit_offset(self.group, self.topic, int(q), offset)
+        finally:
+            admin.close()

@@ -1,0 +1,124 @@
+"""`df.write.format("mqstore")` and `df.writeStream.format("mqstore")`: rows produced into a
+running store through the client (ipc.Producer), each Spark task with its own producer.
+
+Columns: `body` (binary or string, required); `topic` (string; or the `topic` option for
+every row); `tags` (string), `keys` (string, keys separated by a space, or an array of
+strings), `properties` (map<string,string>) and `queue_id` (int) when present. Other columns
+are ignored. Consecutive rows of one topic and queue go as batches of `batchSize` (100) with
+`inFlight` (8) batches unanswered per task; a row without a queue_id lets the producer pick
+queues round robin. The store and its address: options `address` or `path`, as for reading.
+
+Delivery is at least once, as with any RocketMQ producer: a task answers only when the store
+has acknowledged every message it sent (under SYNC_FLUSH: flushed), and a refused put fails
+the task with the store's status and reason. Spark runs a failed task again and a replayed
+streaming batch again, and the store keeps what the first attempt had stored (it has no
+transactions across batches); each message's UNIQ_KEY lets consumers drop repeats. Saving
+needs `.mode("append")`: "overwrite" is refused (a message store is appended to, never
+replaced), and Spark refuses the other modes for Python data sources.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from core.message import Message
+from pipeline import options as opt
+
+
+@dataclasses.dataclass
+class Produced(WriterCommitMessage):
+    """What one task stored: messages, and the bytes of their bodies."""
+    messages: int
+    body_bytes: int
+
+
+def _message(row, topic: str | None, fields: frozenset) -> tuple[str, int | None, Message]:
+    """(topic, queue_id, Message) of a row."""
+    body = row["body"]
+    if body is None:
+        raise ValueError("a row with a null body: every message needs a body")
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    t = row["topic"] if "topic" in fields and row["topic"] is not None else topic
+    if t is None:
+        raise ValueError("no topic: give the rows a topic column or set the topic option")
+    keys = row["keys"] if "keys" in fields else None
+    props = row["properties"] if "properties" in fields else None
+    queue_id = row["queue_id"] if "queue_id" in fields else None
+    msg = Message(topic=t, body=bytes(body), tags=row["tags"] if "tags" in fields else None,
+                  keys=list(keys) if isinstance(keys, (list, tuple)) else keys,
+                  properties=dict(props) if props else {})
+    return t, queue_id, msg
+
+
+def produce_rows(rows, address: str, topic: str | None, batch_size: int, in_flight: int) -> Produced:
+    """Send `rows` in batches of one topic and queue; wait for every acknowledgement."""
+    from ipc.producer import Producer
+    producer = Producer(address)
+    pending: collections.deque = collections.deque()
+    count = size = 0
+
+    def settle(fut) -> None:
+        result = fut.result()
+        if not result.ok:
+            why = f": {result.reason}" if result.reason else ""
+            raise RuntimeError(f"the store refused a batch of {result.topic!r}: {result.status.name}{why}")
+
+    def send(key, msgs) -> None:
+        pending.append(producer.send_batch_async(key[0], msgs, queue_id=key[1]))
+        if len(pending) >= in_flight:
+            settle(pending.popleft())
+
+    try:
+        key, batch, fields = None, [], None
+        for row in rows:
+            if fields is None:
+                fields = frozenset(row.__fields__)
+                if "body" not in fields:
+                    raise ValueError(f"no body column (columns: {sorted(fields)})")
+            t, queue_id, msg = _message(row, topic, fields)
+            if (t, queue_id) != key or len(batch) >= batch_size:
+                if batch:
+                    send(key, batch)
+                key, batch = (t, queue_id), []
+            batch.append(msg)
+            count += 1
+            size += len(msg.body)
+        if batch:
+            send(key, batch)
+        while pending:
+            settle(pending.popleft())
+    finally:
+        producer.close()
+    return Produced(count, size)
+
+
+class _Target:
+    """The options every writer takes."""
+
+    def __init__(self, options):
+        self.address = opt.address(options)
+        self.topic = opt.one_topic(options) if opt.text(options, "topic") else None
+        self.batch_size = opt.integer(options, "batchSize", 100, 1)
+        self.in_flight = opt.integer(options, "inFlight", 8, 1)
+
+    def write(self, iterator) -> Produced:
+        return produce_rows(iterator, self.address, self.topic, self.batch_size, self.in_flight)
+
+
+class ProducerWriter(_Target, DataSourceWriter):
+    def __init__(self, options, overwrite: bool):
+        if overwrite:
+            raise ValueError('mode "overwrite": a message store is appended to, never replaced; '
+                             'use .mode("append")')
+        super().__init__(options)
+
+
+class ProducerStreamWriter(_Target, DataSourceStreamWriter):
+    def commit(self, messages, batchId) -> None:
+        """Nothing left to do: every task's messages were acknowledged before it answered."""
+
+    def abort(self, messages, batchId) -> None:
+        """What the batch's tasks stored stays stored (at least once; see the module doc)."""

@@ -1,0 +1,172 @@
+"""The streaming reader and the writers of the `mqstore` Spark source, without Spark, against a
+real store (`mqstore start` and its services): offsets, limits, partitions and reads as
+Spark's driver and workers call them, and rows produced as a write task does."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+from pyspark.sql import Row
+from pyspark.sql.datasource import CaseInsensitiveDict
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from ipc import Admin, Producer
+from pipeline.rows import COLUMNS
+from pipeline.stream_read import QueueStreamReader, spread
+from pipeline.write import ProducerStreamWriter, ProducerWriter, Produced
+from tests.integration.harness import wait_for
+from tests.integration.supervised import SupervisedStore
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = SupervisedStore(tmp_path_factory.mktemp("spark"), mapped_file_size_commitlog=256 * 1024).start()
+    yield s
+    s.ensure_stopped()
+
+
+def reader(store, **options) -> QueueStreamReader:
+    return QueueStreamReader(CaseInsensitiveDict({"address": store.address, **options}))
+
+
+def read_between(r: QueueStreamReader, start: dict, end: dict) -> list[dict]:
+    return [dict(zip(COLUMNS, row)) for p in r.partitions(start, end) for row in r.read(p)]
+
+
+def put(store, topic: str, n: int, tags=None, start: int = 0) -> None:
+    with Producer(store.address) as p:
+        for i in range(start, start + n, 10):
+            res = p.send_batch(topic, [f"{topic}-{j}".encode() for j in range(i, min(i + 10, start + n))],
+                               queue_id=(i // 10) % 4)
+            assert res.ok
+        if tags:
+            for i, tag in enumerate(tags):
+                assert p.send(topic, f"tagged-{i}".encode(), tags=tag, queue_id=i % 4).ok
+
+
+def dispatched(store, topic: str, total: int) -> None:
+    with Admin(store.address) as admin:
+        assert wait_for(lambda: sum(q["max_offset"] for q in admin.queue_offsets(topic)) >= total)
+
+
+def test_batches_cover_every_queue_once_and_resume_from_offsets(store):
+    put(store, "S1", 200)
+    dispatched(store, "S1", 200)
+    r = reader(store, topic="S1")
+    start = r.initialOffset()
+    assert start == {"topic": "S1", "queues": {"0": 0, "1": 0, "2": 0, "3": 0}}
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert sum(end["queues"].values()) == 200
+    rows = read_between(r, start, end)
+    assert sorted(r["body"] for r in rows) == sorted(f"S1-{j}".encode() for j in range(200))
+    for q in range(4):
+        offsets = [r["queue_offset"] for r in rows if r["queue_id"] == q]
+        assert offsets == list(range(len(offsets)))
+    assert read_between(r, start, end) == rows                     # a replayed batch: the same rows
+    put(store, "S1", 40, start=200)
+    dispatched(store, "S1", 240)
+    later = r.latestOffset(end, ReadAllAvailable())
+    more = read_between(reader(store, topic="S1"), end, later)       # a restarted query's reader
+    assert sorted(r["body"] for r in more) == sorted(f"S1-{j}".encode() for j in range(200, 240))
+    assert r.latestOffset(later, ReadAllAvailable()) == later
+
+
+def test_max_messages_per_trigger_spreads_over_queues(store):
+    put(store, "S2", 100)
+    dispatched(store, "S2", 100)
+    r = reader(store, topic="S2", maxMessagesPerTrigger="30")
+    assert isinstance(r.getDefaultReadLimit(), ReadMaxRows)
+    start, seen = r.initialOffset(), []
+    for _ in range(4):
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        batch = read_between(r, start, end)
+        assert len(batch) == min(30, 100 - len(seen))
+        seen += batch
+        start = end
+    assert sorted(r["body"] for r in seen) == sorted(f"S2-{j}".encode() for j in range(100))
+
+
+def test_starting_offsets_tag_filter_available_now_and_group(store):
+    put(store, "S3", 40, tags=["a", "b", "a", "c"])
+    dispatched(store, "S3", 44)
+    r = reader(store, topic="S3", tagFilter="a || c", group="spark-g")
+    start = r.initialOffset()
+    r.prepareForTriggerAvailableNow()
+    put(store, "S3", 8, start=40)                                    # after the availableNow target
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert sum(end["queues"].values()) == 44
+    assert sorted(x["body"] for x in read_between(r, start, end)) == [b"tagged-0", b"tagged-2", b"tagged-3"]
+    r.commit(end)
+    with Admin(store.address) as admin:
+        assert admin.fetch_offset("spark-g", "S3", 0) == end["queues"]["0"]
+    latest = reader(store, topic="S3", startingOffsets="latest")
+    dispatched(store, "S3", 52)
+    assert sum(latest.initialOffset()["queues"].values()) == 52
+    given = reader(store, topic="S3", startingOffsets='{"1": 5}').initialOffset()["queues"]
+    assert given["1"] == 5 and given["0"] == 0
+
+
+def test_a_topic_not_created_yet_starts_empty_and_its_queues_are_read_when_they_come(store):
+    r = reader(store, topic="Later")
+    start = r.initialOffset()
+    assert start == {"topic": "Later", "queues": {}}
+    assert r.partitions(start, r.latestOffset(start, ReadAllAvailable())) == []
+    put(store, "Later", 20)
+    dispatched(store, "Later", 20)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert len(read_between(r, start, end)) == 20
+
+
+@pytest.mark.parametrize("options, error", [
+    ({}, "option topic is required"),
+    ({"topic": "T", "startingOffsets": "first"}, "option startingOffsets='first'"),
+    ({"topic": "T", "maxMessagesPerTrigger": "-1"}, "maxMessagesPerTrigger=-1: at least 0"),
+])
+def test_bad_stream_options_are_named(store, options, error):
+    with pytest.raises(ValueError, match=error):
+        reader(store, **options)
+
+
+@given(available=st.dictionaries(st.sampled_from("0123456789"), st.integers(0, 500)),
+       budget=st.integers(1, 2000))
+def test_spread_takes_what_it_may_and_no_more(available, budget):
+    take = spread(available, budget)
+    assert all(0 <= take[q] <= available[q] for q in available)
+    assert sum(take.values()) == min(budget, sum(available.values()))
+
+
+def test_writer_produces_rows_with_their_columns(store):
+    rows = [Row(topic="W1", body=f"w{i}".encode(), tags="t" if i % 2 else None, keys=[f"k{i}"],
+                properties={"origin": "spark"}, queue_id=i % 2) for i in range(250)]
+    w = ProducerWriter(CaseInsensitiveDict({"address": store.address, "batchSize": "64"}), False)
+    assert w.write(iter(rows)) == Produced(250, sum(len(r.body) for r in rows))
+    dispatched(store, "W1", 250)
+    r = reader(store, topic="W1")
+    start = r.initialOffset()
+    got = read_between(r, start, r.latestOffset(start, ReadAllAvailable()))
+    assert sorted(x["body"] for x in got) == sorted(row.body for row in rows)
+    one = next(x for x in got if x["body"] == b"w7")
+    assert (one["queue_id"], one["tags"], one["keys"], one["properties"]["origin"]) == (1, "t", "k7", "spark")
+    assert {x["queue_id"] for x in got} == {0, 1}
+
+
+def test_stream_writer_takes_the_topic_option_and_string_bodies(store):
+    w = ProducerStreamWriter(CaseInsensitiveDict({"address": store.address, "topic": "W2"}))
+    assert w.write(iter([Row(body=f"s{i}") for i in range(30)])).messages == 30
+    dispatched(store, "W2", 30)
+
+
+@pytest.mark.parametrize("rows, error", [
+    ([Row(value=b"x")], "no body column"),
+    ([Row(body=None)], "null body"),
+    ([Row(body=b"x")], "no topic"),
+    ([Row(topic="W3", body=b"x" * (5 << 20))], "the store refused a batch of 'W3': MESSAGE_ILLEGAL"),
+])
+def test_rows_that_cannot_be_stored_fail_the_task_with_the_reason(store, rows, error):
+    w = ProducerWriter(CaseInsensitiveDict({"address": store.address}), False)
+    with pytest.raises((ValueError, RuntimeError), match=error):
+        w.write(iter(rows))
+
+
+def test_overwrite_is_refused(store):
+    with pytest.raises(ValueError, match='mode "overwrite"'):
+        ProducerWriter(CaseInsensitiveDict({"address": store.address}), True)
