@@ -4,6 +4,7 @@ that stops and starts again from its checkpoint, against a real store."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -13,6 +14,7 @@ from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore
 
 pytestmark = pytest.mark.spark
+SPARK_ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +121,21 @@ def test_stream_into_the_store(spark, store, tmp_path):
     assert q.exception() is None
     with Admin(store.address) as admin:
         assert wait_for(lambda: sum(x["max_offset"] for x in admin.queue_offsets("Copied")) == 120)
+
+
+def test_export_job_writes_parquet_partitioned_by_topic(store, tmp_path):
+    produce(store, "ExportA", [b"a%d" % i for i in range(90)])
+    produce(store, "ExportB", [b"b%d" % i for i in range(60)])
+    out = tmp_path / "export"
+    job = [sys.executable, "-m", "pipeline.export", "--store", store.root, "--out", str(out),
+           "--topic", "ExportA", "--topic", "ExportB", "--master", "local[2]"]
+    done = subprocess.run(job, capture_output=True, text=True, timeout=300, env=SPARK_ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exported 150 messages" in done.stdout
+    assert sorted(os.listdir(out / "topic=ExportA"))                 # partitioned by topic
+    import pyarrow.parquet as pq
+    table = pq.read_table(str(out))
+    assert sorted(table.column("body").to_pylist()) == sorted([b"a%d" % i for i in range(90)] +
+                                                               [b"b%d" % i for i in range(60)])
+    again = subprocess.run(job, capture_output=True, text=True, timeout=60, env=SPARK_ENV)
+    assert again.returncode == 2 and "pass --overwrite" in again.stderr
