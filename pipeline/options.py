@@ -64,14 +64,17 @@ def one_topic(options) -> str:
     return next(iter(names))
 
 
-def address(options) -> str:
-    """Where a running store answers: the `address` option (tcp://host:port), or the address
-    the store at `path` wrote to run/address when it started."""
+def endpoint(options) -> tuple[str | None, str | None]:
+    """(address, store root) of a running store, one of them None: the `address` option
+    (tcp://host:port), or the store at `path`, whose run/address the clients read again when
+    the store comes back on other ports. A store at `path` that is not running is refused."""
     given = text(options, "address")
     if given is not None:
-        return given
+        return given, None
     if text(options, "path") is None:
         raise ValueError("option address (tcp://host:port of a running store) or path (its "
                          "root directory) is required")
     from ipc.client_common import resolve_address
-    return resolve_address(store=store_root(options))
+    root = store_root(options)
+    resolve_address(store=root)                 # ConnectionError when it is not running
+    return None, root

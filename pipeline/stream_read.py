@@ -41,8 +41,9 @@ _SKIP = {GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_FOUND_NULL
 
 @dataclasses.dataclass
 class QueueRange(InputPartition):
-    """Queue offsets [start, end) of one queue of a topic."""
-    address: str
+    """Queue offsets [start, end) of one queue of a topic, and the store (options.endpoint)."""
+    address: str | None
+    store: str | None
     topic: str
     queue_id: int
     start: int
@@ -50,21 +51,21 @@ class QueueRange(InputPartition):
     tag_filter: str | None
 
 
-def plan_queue_ranges(address: str, topic: str, start: dict, end: dict, tag_filter) -> list:
+def plan_queue_ranges(where: tuple, topic: str, start: dict, end: dict, tag_filter) -> list:
     """The partitions between two offsets of this module's form: one per queue that moved."""
     begin = start.get("queues", {})
     ranges = []
     for q, e in sorted(end.get("queues", {}).items(), key=lambda kv: int(kv[0])):
         s = begin.get(q, 0)
         if e > s:
-            ranges.append(QueueRange(address, topic, int(q), s, e, tag_filter))
+            ranges.append(QueueRange(*where, topic, int(q), s, e, tag_filter))
     return ranges
 
 
 def read_queue_range(part: QueueRange, group: str = "spark"):
     """Yield the rows of the messages with queue offsets in [start, end) (tag-filtered)."""
     from ipc.connection import Connection
-    conn = Connection(part.address, background=False)
+    conn = Connection(part.address, store=part.store, background=False)
     try:
         offset, waited_since = part.start, None
         while offset < part.end:
@@ -119,7 +120,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options):
         self.topic = opt.one_topic(options)
-        self.address = opt.address(options)
+        self.where = opt.endpoint(options)
         self.tag_filter = opt.text(options, "tagFilter")
         self.group = opt.text(options, "group")
         self.starting = opt.text(options, "startingOffsets", "earliest")
@@ -142,7 +143,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admin(self):
         from ipc.admin import Admin
-        return Admin(self.address)
+        return Admin(self.where[0], store=self.where[1])
 
     def _bounds(self) -> dict:
         """queue id (str) -> (min offset, max offset) of the topic's queues now."""
@@ -189,7 +190,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"topic": self.topic, "queues": queues}
 
     def partitions(self, start: dict, end: dict) -> list:
-        return plan_queue_ranges(self.address, self.topic, start, end, self.tag_filter)
+        return plan_queue_ranges(self.where, self.topic, start, end, self.tag_filter)
 
     def read(self, partition: QueueRange):
         return read_queue_range(partition, self.group or "spark")

@@ -53,10 +53,11 @@ def _message(row, topic: str | None, fields: frozenset) -> tuple[str, int | None
     return t, queue_id, msg
 
 
-def produce_rows(rows, address: str, topic: str | None, batch_size: int, in_flight: int) -> Produced:
-    """Send `rows` in batches of one topic and queue; wait for every acknowledgement."""
+def produce_rows(rows, where: tuple, topic: str | None, batch_size: int, in_flight: int) -> Produced:
+    """Send `rows` in batches of one topic and queue to the store `where` (options.endpoint);
+    wait for every acknowledgement."""
     from ipc.producer import Producer
-    producer = Producer(address)
+    producer = Producer(where[0], store=where[1])
     pending: collections.deque = collections.deque()
     count = size = 0
 
@@ -99,13 +100,13 @@ class _Target:
     """The options every writer takes."""
 
     def __init__(self, options):
-        self.address = opt.address(options)
+        self.where = opt.endpoint(options)
         self.topic = opt.one_topic(options) if opt.text(options, "topic") else None
         self.batch_size = opt.integer(options, "batchSize", 100, 1)
         self.in_flight = opt.integer(options, "inFlight", 8, 1)
 
     def write(self, iterator) -> Produced:
-        return produce_rows(iterator, self.address, self.topic, self.batch_size, self.in_flight)
+        return produce_rows(iterator, self.where, self.topic, self.batch_size, self.in_flight)
 
 
 class ProducerWriter(_Target, DataSourceWriter):

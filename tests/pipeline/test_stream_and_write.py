@@ -170,3 +170,24 @@ def test_rows_that_cannot_be_stored_fail_the_task_with_the_reason(store, rows, e
 def test_overwrite_is_refused(store):
     with pytest.raises(ValueError, match='mode "overwrite"'):
         ProducerWriter(CaseInsensitiveDict({"address": store.address}), True)
+
+
+def test_path_follows_a_store_restarted_on_other_ports(tmp_path):
+    s = SupervisedStore(tmp_path, "moving").start()
+    try:
+        w = ProducerWriter(CaseInsensitiveDict({"path": s.root, "topic": "M"}), False)
+        assert w.write(iter([Row(body=b"m%d" % i) for i in range(40)])).messages == 40
+        dispatched(s, "M", 40)
+        r = QueueStreamReader(CaseInsensitiveDict({"path": s.root, "topic": "M"}))
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        first = s.address
+        assert s.stop() == 0
+        s.start()
+        assert s.address != first
+        assert len(read_between(r, start, end)) == 40                  # planned before, read after
+        assert w.write(iter([Row(body=b"again")])).messages == 1
+    finally:
+        s.ensure_stopped()
+    with pytest.raises(ConnectionError, match="no running store"):
+        QueueStreamReader(CaseInsensitiveDict({"path": s.root, "topic": "M"}))
