@@ -15,6 +15,7 @@ import time
 import pytest
 import timeout_hooks
 
+import pipeline  # noqa: F401 - the package first: tests put benchmarks/ (and its pipeline.py) on the path
 from core.config import StoreConfig
 
 pytest_collection_modifyitems = timeout_hooks.pytest_collection_modifyitems     # a pytest hook

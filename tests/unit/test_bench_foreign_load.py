@@ -1,14 +1,13 @@
 """The pipeline benchmark's foreign-load sampler: no sample while paused (a sample's CPU
 burst would land in a latency probe's tail), and the CPU a neighbour used meanwhile is still
 counted by the next sample."""
-import os
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from tests.bench_module import load
 
-from pipeline import ForeignLoad  # noqa: E402
+ForeignLoad = load("pipeline").ForeignLoad
 
 BUSY_S = 1.2
 

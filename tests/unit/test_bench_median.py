@@ -1,11 +1,10 @@
 """The pipeline benchmark keeps the median of its repeated reads (ours and Redis XRANGE alike),
 not the first, the best or the worst."""
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from tests.bench_module import load
 
-from pipeline import READ_REPEATS, median_by  # noqa: E402
+bench = load("pipeline")
+READ_REPEATS, median_by = bench.READ_REPEATS, bench.median_by
 
 
 def test_the_median_run_is_kept_whatever_the_order():
