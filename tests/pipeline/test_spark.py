@@ -123,7 +123,19 @@ def test_stream_into_the_store(spark, store, tmp_path):
         assert wait_for(lambda: sum(x["max_offset"] for x in admin.queue_offsets("Copied")) == 120)
 
 
+def test_export_writes_one_topic_unpartitioned(spark, store, tmp_path):
+    from pipeline.export import export
+    produce(store, "ExportOne", [b"one%d" % i for i in range(70)])
+    out = str(tmp_path / "one")
+    assert export(spark, store.root, out, ["ExportOne"], overwrite=False, check_crc=True) == 70
+    assert not [n for n in os.listdir(out) if n.startswith("topic=")]
+    assert sorted(bytes(r.body) for r in spark.read.parquet(out).collect()) == \
+        sorted(b"one%d" % i for i in range(70))
+
+
+@pytest.mark.slow
 def test_export_job_writes_parquet_partitioned_by_topic(store, tmp_path):
+    """The job as a user runs it: its own process and Spark session."""
     produce(store, "ExportA", [b"a%d" % i for i in range(90)])
     produce(store, "ExportB", [b"b%d" % i for i in range(60)])
     out = tmp_path / "export"

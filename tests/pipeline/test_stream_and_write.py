@@ -191,3 +191,13 @@ def test_path_follows_a_store_restarted_on_other_ports(tmp_path):
         s.ensure_stopped()
     with pytest.raises(ConnectionError, match="no running store"):
         QueueStreamReader(CaseInsensitiveDict({"path": s.root, "topic": "M"}))
+
+
+def test_a_planned_range_the_store_does_not_have_fails_the_read(store, monkeypatch):
+    import pipeline.stream_read as stream_read
+    put(store, "Short", 10)
+    dispatched(store, "Short", 10)
+    monkeypatch.setattr(stream_read, "MISSING_WAIT_S", 0.3)
+    part = stream_read.QueueRange(store.address, None, "Short", 0, 0, 50, None)
+    with pytest.raises(ValueError, match="offsets up to 50 were planned but a pull at 10 answers"):
+        list(stream_read.read_queue_range(part))
