@@ -23,11 +23,9 @@ import os
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from core.codec import RecordCheck, check_record
-from core.decode import decode_message
 from core.mapped_file import offset_to_file_name
-from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
 from pipeline import options as opt
-from pipeline.rows import message_row
+from pipeline.rows import Columns, Stop, check_schema, take_records
 
 
 @dataclasses.dataclass
@@ -54,48 +52,43 @@ def segment_partitions(root: str, topics, check_crc: bool) -> list:
 
 
 def read_segment(part: SegmentPartition):
-    """Yield the rows of the partition's segment in log order."""
+    """Yield the partition's segment as Arrow record batches of rows, in log order."""
     with open(part.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return
         buf = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
     try:
-        yield from _rows(buf, size, part)
+        out, pos = Columns(), 0
+        while True:
+            why, pos = take_records(buf, pos, size, out, part.topics, part.check_crc)
+            if why is Stop.FULL:
+                yield out.batch()
+                continue
+            if why is Stop.CORRUPT and not (part.newest and _torn_tail(buf, pos, size)):
+                at = part.file_from_offset + pos
+                raise ValueError(f"corrupt record at CommitLog offset {at} (segment "
+                                 f"{offset_to_file_name(part.file_from_offset)}, byte {pos}); "
+                                 f"`mqstore check` reports the damage and `mqstore recover` repairs it")
+            break
+        if len(out):
+            yield out.batch()
     finally:
         buf.close()
 
 
-def _rows(buf, size: int, part: SegmentPartition):
-    topics, pos = part.topics, 0
-    while pos < size:
-        found, length = check_record(buf, pos, size, part.check_crc)
-        if found is RecordCheck.BLANK or found is RecordCheck.END:
-            return
-        if found is RecordCheck.CORRUPT:
-            if part.newest and _nothing_after(buf, pos + length, size):
-                return
-            at = part.file_from_offset + pos
-            raise ValueError(f"corrupt record at CommitLog offset {at} (segment "
-                             f"{offset_to_file_name(part.file_from_offset)}, byte {pos}); "
-                             f"`mqstore check` reports the damage and `mqstore recover` repairs it")
-        if (topics is None or found.topic in topics) and \
-                found.sys_flag & SYSFLAG_TRANSACTION_MASK not in SYSFLAG_TRANSACTION_UNQUEUED:
-            yield message_row(decode_message(buf, pos))
-        pos += length
-
-
-def _nothing_after(buf, pos: int, size: int) -> bool:
-    """No record starts at `pos` (zeros, or the end): a torn last write, not damage inside the log."""
-    if pos >= size:
-        return True
-    return check_record(buf, min(pos, size), size, False)[0] is RecordCheck.END
+def _torn_tail(buf, pos: int, size: int) -> bool:
+    """The bad record at `pos` is the last thing written (no record starts after it): a write
+    still going on, or torn by a crash, rather than damage inside the log."""
+    after = pos + int.from_bytes(buf[pos:pos + 4], "big")
+    return after >= size or check_record(buf, after, size, False)[0] is RecordCheck.END
 
 
 class CommitLogReader(DataSourceReader):
     """The batch reader: small (it is pickled with every task), the plan made in partitions()."""
 
-    def __init__(self, options):
+    def __init__(self, options, schema=None):
+        check_schema(schema)
         self.root = opt.store_root(options)
         self.topics = opt.topics(options)
         self.check_crc = opt.flag(options, "checkCrc", False)

@@ -28,11 +28,11 @@ class MqstoreDataSource(DataSource):
 
     def reader(self, schema):
         from pipeline.batch_read import CommitLogReader
-        return CommitLogReader(self.options)
+        return CommitLogReader(self.options, schema)
 
     def streamReader(self, schema):
         from pipeline.stream_read import QueueStreamReader
-        return QueueStreamReader(self.options)
+        return QueueStreamReader(self.options, schema)
 
     def writer(self, schema, overwrite: bool):
         from pipeline.write import ProducerWriter

@@ -29,9 +29,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from core.status import GetMessageStatus
-from ipc.received import split_records
 from pipeline import options as opt
-from pipeline.rows import message_row
+from pipeline.rows import Columns, Stop, check_schema, take_records
 
 PULL_MAX = 1024                  # messages asked per pull (the reader repeats pulls up to this)
 MISSING_WAIT_S = 10.0            # how long a read waits for messages its plan said were there
@@ -63,9 +62,11 @@ def plan_queue_ranges(where: tuple, topic: str, start: dict, end: dict, tag_filt
 
 
 def read_queue_range(part: QueueRange, group: str = "spark"):
-    """Yield the rows of the messages with queue offsets in [start, end) (tag-filtered)."""
+    """Yield Arrow record batches of the messages with queue offsets in [start, end)
+    (tag-filtered)."""
     from ipc.connection import Connection
     conn = Connection(part.address, store=part.store, background=False)
+    out = Columns()
     try:
         offset, waited_since = part.start, None
         while offset < part.end:
@@ -77,10 +78,17 @@ def read_queue_range(part: QueueRange, group: str = "spark"):
             status = GetMessageStatus(env["status"])
             nxt = env.get("next_begin_offset", offset)
             if status is GetMessageStatus.FOUND and nxt > offset:
-                for m in split_records(frames[0] if frames else b""):
-                    if m.queue_offset >= part.end:
-                        return
-                    yield message_row(m)
+                frame = bytes(frames[0]) if frames else b""
+                pos, why = 0, Stop.FULL
+                while why is Stop.FULL:
+                    why, pos = take_records(frame, pos, len(frame), out, queue_end=part.end)
+                    if why is Stop.FULL:
+                        yield out.batch()
+                if why is not Stop.DONE and why is not Stop.LIMIT:
+                    raise ValueError(f"{part.topic} queue {part.queue_id}: the pull at {offset} "
+                                     f"answered a frame that is not whole records ({why} at byte {pos})")
+                if why is Stop.LIMIT:
+                    break
             elif status not in _SKIP or nxt <= offset:
                 waited_since = waited_since or time.monotonic()
                 if time.monotonic() - waited_since > MISSING_WAIT_S:
@@ -92,6 +100,8 @@ def read_queue_range(part: QueueRange, group: str = "spark"):
                 continue
             waited_since = None
             offset = nxt
+        if len(out):
+            yield out.batch()
     finally:
         conn.close()
 
@@ -118,7 +128,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """One instance on the driver plans (offsets, partitions, commit); the executors' copies
     only read, from what their partition holds."""
 
-    def __init__(self, options):
+    def __init__(self, options, schema=None):
+        check_schema(schema)
         self.topic = opt.one_topic(options)
         self.where = opt.endpoint(options)
         self.tag_filter = opt.text(options, "tagFilter")

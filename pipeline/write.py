@@ -1,5 +1,6 @@
 """`df.write.format("mqstore")` and `df.writeStream.format("mqstore")`: rows produced into a
-running store through the client (ipc.Producer), each Spark task with its own producer.
+running store through the client (ipc.Producer), each Spark task with its own producer, the
+rows handed over by Spark as Arrow record batches.
 
 Columns: `body` (binary or string, required); `topic` (string; or the `topic` option for
 every row); `tags` (string), `keys` (string, keys separated by a space, or an array of
@@ -21,7 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from core.message import Message
 from pipeline import options as opt
@@ -34,28 +35,34 @@ class Produced(WriterCommitMessage):
     body_bytes: int
 
 
-def _message(row, topic: str | None, fields: frozenset) -> tuple[str, int | None, Message]:
-    """(topic, queue_id, Message) of a row."""
-    body = row["body"]
-    if body is None:
-        raise ValueError("a row with a null body: every message needs a body")
-    if isinstance(body, str):
-        body = body.encode("utf-8")
-    t = row["topic"] if "topic" in fields and row["topic"] is not None else topic
-    if t is None:
-        raise ValueError("no topic: give the rows a topic column or set the topic option")
-    keys = row["keys"] if "keys" in fields else None
-    props = row["properties"] if "properties" in fields else None
-    queue_id = row["queue_id"] if "queue_id" in fields else None
-    msg = Message(topic=t, body=bytes(body), tags=row["tags"] if "tags" in fields else None,
-                  keys=list(keys) if isinstance(keys, (list, tuple)) else keys,
-                  properties=dict(props) if props else {})
-    return t, queue_id, msg
+def _column(batch, name: str) -> list:
+    return batch.column(name).to_pylist() if name in batch.schema.names else [None] * batch.num_rows
 
 
-def produce_rows(rows, where: tuple, topic: str | None, batch_size: int, in_flight: int) -> Produced:
-    """Send `rows` in batches of one topic and queue to the store `where` (options.endpoint);
-    wait for every acknowledgement."""
+def _messages(batch, topic: str | None):
+    """(topic, queue_id, item) of each row of an Arrow record batch: the item is the body
+    when the row has nothing else to send (the producer's fast path), else a Message."""
+    if "body" not in batch.schema.names:
+        raise ValueError(f"no body column (columns: {sorted(batch.schema.names)})")
+    bodies, topics = _column(batch, "body"), _column(batch, "topic")
+    tags, keys, props, queues = (_column(batch, n) for n in ("tags", "keys", "properties", "queue_id"))
+    for body, t, tag, key, prop, queue_id in zip(bodies, topics, tags, keys, props, queues):
+        if body is None:
+            raise ValueError("a row with a null body: every message needs a body")
+        if body.__class__ is str:
+            body = body.encode("utf-8")
+        t = t if t is not None else topic
+        if t is None:
+            raise ValueError("no topic: give the rows a topic column or set the topic option")
+        if tag is None and not key and not prop:
+            yield t, queue_id, body
+        else:
+            yield t, queue_id, Message(topic=t, body=body, tags=tag, keys=key, properties=dict(prop or ()))
+
+
+def produce_batches(batches, where: tuple, topic: str | None, batch_size: int, in_flight: int) -> Produced:
+    """Send the rows of `batches` (Arrow record batches) in put_batches of one topic and queue
+    to the store `where` (options.endpoint); wait for every acknowledgement."""
     from ipc.producer import Producer
     producer = Producer(where[0], store=where[1])
     pending: collections.deque = collections.deque()
@@ -67,28 +74,24 @@ def produce_rows(rows, where: tuple, topic: str | None, batch_size: int, in_flig
             why = f": {result.reason}" if result.reason else ""
             raise RuntimeError(f"the store refused a batch of {result.topic!r}: {result.status.name}{why}")
 
-    def send(key, msgs) -> None:
-        pending.append(producer.send_batch_async(key[0], msgs, queue_id=key[1]))
+    def send(key, items) -> None:
+        pending.append(producer.send_batch_async(key[0], items, queue_id=key[1]))
         if len(pending) >= in_flight:
             settle(pending.popleft())
 
     try:
-        key, batch, fields = None, [], None
-        for row in rows:
-            if fields is None:
-                fields = frozenset(row.__fields__)
-                if "body" not in fields:
-                    raise ValueError(f"no body column (columns: {sorted(fields)})")
-            t, queue_id, msg = _message(row, topic, fields)
-            if (t, queue_id) != key or len(batch) >= batch_size:
-                if batch:
-                    send(key, batch)
-                key, batch = (t, queue_id), []
-            batch.append(msg)
-            count += 1
-            size += len(msg.body)
-        if batch:
-            send(key, batch)
+        key, items = None, []
+        for batch in batches:
+            for t, queue_id, item in _messages(batch, topic):
+                if (t, queue_id) != key or len(items) >= batch_size:
+                    if items:
+                        send(key, items)
+                    key, items = (t, queue_id), []
+                items.append(item)
+                count += 1
+                size += len(item.body if item.__class__ is Message else item)
+        if items:
+            send(key, items)
         while pending:
             settle(pending.popleft())
     finally:
@@ -106,10 +109,10 @@ class _Target:
         self.in_flight = opt.integer(options, "inFlight", 8, 1)
 
     def write(self, iterator) -> Produced:
-        return produce_rows(iterator, self.where, self.topic, self.batch_size, self.in_flight)
+        return produce_batches(iterator, self.where, self.topic, self.batch_size, self.in_flight)
 
 
-class ProducerWriter(_Target, DataSourceWriter):
+class ProducerWriter(_Target, DataSourceArrowWriter):
     def __init__(self, options, overwrite: bool):
         if overwrite:
             raise ValueError('mode "overwrite": a message store is appended to, never replaced; '
@@ -117,7 +120,7 @@ class ProducerWriter(_Target, DataSourceWriter):
         super().__init__(options)
 
 
-class ProducerStreamWriter(_Target, DataSourceStreamWriter):
+class ProducerStreamWriter(_Target, DataSourceStreamArrowWriter):
     def commit(self, messages, batchId) -> None:
         """Nothing left to do: every task's messages were acknowledged before it answered."""
 

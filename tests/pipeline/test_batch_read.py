@@ -13,14 +13,14 @@ from core.message import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, Message,
 )
 from pipeline.batch_read import CommitLogReader
-from pipeline.rows import COLUMNS
+from tests.pipeline.arrow_rows import rows_of
 
 
 def read_all(root, **options) -> list[dict]:
     reader = CommitLogReader(CaseInsensitiveDict({"path": str(root), **options}))
     parts = reader.partitions()
     assert isinstance(parts, list)
-    return [dict(zip(COLUMNS, row)) for p in parts for row in reader.read(p)]
+    return rows_of(b for p in parts for b in reader.read(p))
 
 
 def stored(store, topic, queues=range(4)) -> list:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, strategies as st
-from pyspark.sql import Row
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from ipc import Admin, Producer
-from pipeline.rows import COLUMNS
 from pipeline.stream_read import QueueStreamReader, spread
 from pipeline.write import ProducerStreamWriter, ProducerWriter, Produced
 from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore
+from tests.pipeline.arrow_rows import record_batch, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def reader(store, **options) -> QueueStreamReader:
 
 
 def read_between(r: QueueStreamReader, start: dict, end: dict) -> list[dict]:
-    return [dict(zip(COLUMNS, row)) for p in r.partitions(start, end) for row in r.read(p)]
+    return rows_of(b for p in r.partitions(start, end) for b in r.read(p))
 
 
 def put(store, topic: str, n: int, tags=None, start: int = 0) -> None:
@@ -135,15 +134,16 @@ def test_spread_takes_what_it_may_and_no_more(available, budget):
 
 
 def test_writer_produces_rows_with_their_columns(store):
-    rows = [Row(topic="W1", body=f"w{i}".encode(), tags="t" if i % 2 else None, keys=[f"k{i}"],
-                properties={"origin": "spark"}, queue_id=i % 2) for i in range(250)]
+    rows = [dict(topic="W1", body=f"w{i}".encode(), tags="t" if i % 2 else None, keys=[f"k{i}"],
+                 properties={"origin": "spark"}, queue_id=i % 2) for i in range(250)]
     w = ProducerWriter(CaseInsensitiveDict({"address": store.address, "batchSize": "64"}), False)
-    assert w.write(iter(rows)) == Produced(250, sum(len(r.body) for r in rows))
+    assert w.write(iter([record_batch(rows[:100]), record_batch(rows[100:])])) == \
+        Produced(250, sum(len(r["body"]) for r in rows))
     dispatched(store, "W1", 250)
     r = reader(store, topic="W1")
     start = r.initialOffset()
     got = read_between(r, start, r.latestOffset(start, ReadAllAvailable()))
-    assert sorted(x["body"] for x in got) == sorted(row.body for row in rows)
+    assert sorted(x["body"] for x in got) == sorted(row["body"] for row in rows)
     one = next(x for x in got if x["body"] == b"w7")
     assert (one["queue_id"], one["tags"], one["keys"], one["properties"]["origin"]) == (1, "t", "k7", "spark")
     assert {x["queue_id"] for x in got} == {0, 1}
@@ -151,20 +151,20 @@ def test_writer_produces_rows_with_their_columns(store):
 
 def test_stream_writer_takes_the_topic_option_and_string_bodies(store):
     w = ProducerStreamWriter(CaseInsensitiveDict({"address": store.address, "topic": "W2"}))
-    assert w.write(iter([Row(body=f"s{i}") for i in range(30)])).messages == 30
+    assert w.write(iter([record_batch([dict(body=f"s{i}") for i in range(30)])])).messages == 30
     dispatched(store, "W2", 30)
 
 
 @pytest.mark.parametrize("rows, error", [
-    ([Row(value=b"x")], "no body column"),
-    ([Row(body=None)], "null body"),
-    ([Row(body=b"x")], "no topic"),
-    ([Row(topic="W3", body=b"x" * (5 << 20))], "the store refused a batch of 'W3': MESSAGE_ILLEGAL"),
+    ([dict(value=b"x")], "no body column"),
+    ([dict(topic="W3", body=b"x"), dict(topic="W3", body=None)], "null body"),
+    ([dict(body=b"x")], "no topic"),
+    ([dict(topic="W3", body=b"x" * (5 << 20))], "the store refused a batch of 'W3': MESSAGE_ILLEGAL"),
 ])
 def test_rows_that_cannot_be_stored_fail_the_task_with_the_reason(store, rows, error):
     w = ProducerWriter(CaseInsensitiveDict({"address": store.address}), False)
     with pytest.raises((ValueError, RuntimeError), match=error):
-        w.write(iter(rows))
+        w.write(iter([record_batch(rows)]))
 
 
 def test_overwrite_is_refused(store):
@@ -176,7 +176,7 @@ def test_path_follows_a_store_restarted_on_other_ports(tmp_path):
     s = SupervisedStore(tmp_path, "moving").start()
     try:
         w = ProducerWriter(CaseInsensitiveDict({"path": s.root, "topic": "M"}), False)
-        assert w.write(iter([Row(body=b"m%d" % i) for i in range(40)])).messages == 40
+        assert w.write(iter([record_batch([dict(body=b"m%d" % i) for i in range(40)])])).messages == 40
         dispatched(s, "M", 40)
         r = QueueStreamReader(CaseInsensitiveDict({"path": s.root, "topic": "M"}))
         start = r.initialOffset()
@@ -186,7 +186,7 @@ def test_path_follows_a_store_restarted_on_other_ports(tmp_path):
         s.start()
         assert s.address != first
         assert len(read_between(r, start, end)) == 40                  # planned before, read after
-        assert w.write(iter([Row(body=b"again")])).messages == 1
+        assert w.write(iter([record_batch([dict(body=b"again")])])).messages == 1
     finally:
         s.ensure_stopped()
     with pytest.raises(ConnectionError, match="no running store"):
