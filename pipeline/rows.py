@@ -45,6 +45,7 @@ _COLUMN_TYPES = (("topic", "string"), ("queue_id", "int"), ("queue_offset", "lon
 SCHEMA = StructType([StructField(name, _TYPES[kind]) for name, kind in _COLUMN_TYPES])
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")     # what Spark checks a batch against
 BATCH_ROWS = 8192
+MAX_MS = (1 << 63) // 1000 - 1  # timestamps (ms) whose microseconds an int64 holds
 
 _BLANK = struct.Struct(">ii")
 _SYSFLAG = struct.Struct(">i")
@@ -85,8 +86,11 @@ class Columns:
         for i, field in enumerate(ARROW_SCHEMA):
             values = cols[i]
             if pa.types.is_timestamp(field.type):               # RocketMQ's ms -> us
-                values = np.array(values, np.int64) * 1000
-            arrays.append(pa.array(values, field.type))
+                ms = np.array(values, np.int64)
+                beyond = (ms > MAX_MS) | (ms < -MAX_MS)         # a producer's nonsense: null
+                arrays.append(pa.array(ms * 1000, field.type, mask=beyond if beyond.any() else None))
+            else:
+                arrays.append(pa.array(values, field.type))
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 

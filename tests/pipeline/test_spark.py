@@ -83,9 +83,11 @@ def test_overwrite_mode_is_refused_with_the_reason(spark, store):
             .option("topic", "Nope").save()
 
 
-def test_a_bad_option_surfaces_as_the_query_error(spark):
+def test_a_bad_option_surfaces_as_the_query_error(spark, store):
     with pytest.raises(Exception, match="option path is required"):
         spark.read.format("mqstore").load().collect()
+    with pytest.raises(Exception, match="leave out .schema"):
+        spark.read.format("mqstore").schema("body binary").option("path", store.root).load().collect()
 
 
 def test_stream_restarted_from_its_checkpoint_reads_each_message_once(spark, store, tmp_path):
