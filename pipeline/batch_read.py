@@ -4,8 +4,9 @@ segment.
 The reader needs no running store: it reads the files under the store's root (`path`), in the
 CommitLog directory the store's format file records (`store_path_commit_log`), so it also
 reads a copy of a store, or one that is stopped. Each partition maps one segment read-only
-and walks its records from the start as recovery does (core.codec.check_record): a blank
-record or the end of what was written ends the segment. It gives the messages a consumer
+and walks its records from the start with recovery's checks (pipeline/rows.py): a blank
+record or the end of what was written ends the segment. A segment deleted by retention after
+the read was planned fails its task (FileNotFoundError): plan again. It gives the messages a consumer
 can be given, as dispatch does: plain messages and committed transactions, not prepared or
 rolled-back ones. Option `topic` (one name, or several with commas) keeps only those topics.
 

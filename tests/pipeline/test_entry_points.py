@@ -1,4 +1,4 @@
-"""The export job's arguments, refused before any Spark session starts."""
+"""The export job's arguments (refused before any Spark session starts) and the package's names."""
 from __future__ import annotations
 
 import pytest
@@ -20,3 +20,11 @@ def test_help_explains_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("--store", "--out", "--topic", "--overwrite", "--master", "--check-crc"):
         assert option in text
+
+
+def test_the_source_class_is_importable_from_the_package():
+    from pipeline import MqstoreDataSource
+    assert MqstoreDataSource.name() == "mqstore"
+    import pipeline
+    with pytest.raises(AttributeError):
+        pipeline.NoSuchThing
