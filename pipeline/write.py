@@ -2,8 +2,9 @@
 running store through the client (ipc.Producer), each Spark task with its own producer, the
 rows handed over by Spark as Arrow record batches.
 
-Columns: `body` (binary or string, required); `topic` (string; or the `topic` option for
-every row); `tags` (string), `keys` (string, keys separated by a space, or an array of
+Columns: `body` (binary or string, required); `topic` (string; the `topic` option, when set,
+is every row's topic, as Kafka's sink takes its option over the column: a DataFrame read from
+one topic is written to another by naming it); `tags` (string), `keys` (string, keys separated by a space, or an array of
 strings), `properties` (map<string,string>) and `queue_id` (int) when present. Other columns
 are ignored. Consecutive rows of one topic and queue go as batches of `batchSize` (100) with
 `inFlight` (8) batches unanswered per task; a row without a queue_id lets the producer pick
@@ -44,14 +45,14 @@ def _messages(batch, topic: str | None):
     when the row has nothing else to send (the producer's fast path), else a Message."""
     if "body" not in batch.schema.names:
         raise ValueError(f"no body column (columns: {sorted(batch.schema.names)})")
-    bodies, topics = _column(batch, "body"), _column(batch, "topic")
+    bodies = _column(batch, "body")
+    topics = [topic] * batch.num_rows if topic is not None else _column(batch, "topic")
     tags, keys, props, queues = (_column(batch, n) for n in ("tags", "keys", "properties", "queue_id"))
     for body, t, tag, key, prop, queue_id in zip(bodies, topics, tags, keys, props, queues):
         if body is None:
             raise ValueError("a row with a null body: every message needs a body")
         if body.__class__ is str:
             body = body.encode("utf-8")
-        t = t if t is not None else topic
         if t is None:
             raise ValueError("no topic: give the rows a topic column or set the topic option")
         if tag is None and not key and not prop:

@@ -201,3 +201,13 @@ def test_a_planned_range_the_store_does_not_have_fails_the_read(store, monkeypat
     part = stream_read.QueueRange(store.address, None, "Short", 0, 0, 50, None)
     with pytest.raises(ValueError, match="offsets up to 50 were planned but a pull at 10 answers"):
         list(stream_read.read_queue_range(part))
+
+
+def test_the_topic_option_wins_over_a_topic_column(store):
+    """A DataFrame read from one topic (it has a topic column) written with another named."""
+    w = ProducerWriter(CaseInsensitiveDict({"address": store.address, "topic": "Renamed"}), False)
+    rows = [dict(topic="Original", body=b"r%d" % i) for i in range(20)]
+    assert w.write(iter([record_batch(rows)])).messages == 20
+    dispatched(store, "Renamed", 20)
+    with Admin(store.address) as admin:
+        assert "Original" not in admin.topics()
