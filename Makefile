@@ -11,8 +11,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# PySpark finds the `mqstore` data source by listing sys.path (pkgutil.iter_modules), which
+# the editable install's import hook does not show: the checkout itself goes on the path too.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,spark]'
+	$(BIN)/python -c "import os, sysconfig; open(os.path.join(sysconfig.get_paths()['purelib'], 'mqstore-checkout.pth'), 'w').write(os.getcwd() + '\\n')"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -28,3 +28,15 @@ def test_the_source_class_is_importable_from_the_package():
     import pipeline
     with pytest.raises(AttributeError):
         pipeline.NoSuchThing
+
+
+def test_pyspark_finds_the_source_from_any_directory(tmp_path):
+    """What PySpark's lookup_data_sources worker does: list sys.path for pyspark_* modules
+    and import them; from outside the checkout too (the editable install alone hides it)."""
+    import subprocess
+    import sys
+    code = ("import pkgutil, importlib\n"
+            "names = [m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')]\n"
+            "print(importlib.import_module('pyspark_mqstore').DefaultSource.name() if 'pyspark_mqstore' in names else names)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "mqstore", done.stdout + done.stderr

@@ -153,3 +153,18 @@ def test_export_job_writes_parquet_partitioned_by_topic(store, tmp_path):
                                                                [b"b%d" % i for i in range(60)])
     again = subprocess.run(job, capture_output=True, text=True, timeout=60, env=SPARK_ENV)
     assert again.returncode == 2 and "pass --overwrite" in again.stderr
+
+
+@pytest.mark.slow
+def test_a_users_script_elsewhere_reads_without_registering(store, tmp_path):
+    produce(store, "Elsewhere", [b"e%d" % i for i in range(25)])
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').getOrCreate()\n"
+        f"df = spark.read.format('mqstore').option('path', {store.root!r}).option('topic', 'Elsewhere').load()\n"
+        "print('rows', df.count())\n"
+        "spark.stop()\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=SPARK_ENV)
+    assert "rows 25" in done.stdout, done.stderr[-3000:]
