@@ -11,15 +11,16 @@ can be given, as dispatch does: plain messages and committed transactions, not p
 rolled-back ones. Option `topic` (one name, or several with commas) keeps only those topics.
 
 A record that is framed but wrong (lengths that do not add up; with `checkCrc` true, a body
-whose CRC differs) fails the read with its offset, unless it is the last thing in the newest
-segment: a store that is running may be writing it right then, and recovery would cut the log
-there. `mqstore check --store DIR` says what is wrong with a damaged store.
+whose CRC differs) fails the read with its offset, unless it is the last thing written (in the
+last segment holding records): a store that is running may be writing it right then (it is
+looked at again a moment later), and recovery would cut the log there. `mqstore check --store DIR` says what is wrong with a damaged store.
 """
 from __future__ import annotations
 
 import dataclasses
 import mmap
 import os
+import time
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -28,14 +29,17 @@ from core.mapped_file import offset_to_file_name
 from pipeline import options as opt
 from pipeline.rows import Columns, Stop, check_schema, take_records
 
+TORN_WAIT_S = 0.2        # how long a record at the log's end that is not whole yet is given
+
 
 @dataclasses.dataclass
 class SegmentPartition(InputPartition):
-    """One CommitLog segment: its file, the global offset of its first byte, whether it is the
-    newest (whose end may be being written), and the topics wanted (None: all)."""
+    """One CommitLog segment: its file, the global offset of its first byte, whether it is at
+    the log's end (the last segment holding records, or one a running store's allocator made
+    ahead of it: a record there may be being written), and the topics wanted (None: all)."""
     path: str
     file_from_offset: int
-    newest: bool
+    at_end: bool
     topics: frozenset | None
     check_crc: bool
 
@@ -47,9 +51,17 @@ def segment_partitions(root: str, topics, check_crc: bool) -> list:
     directory = cfg.commitlog_dir
     if not os.path.isdir(directory):
         raise NotAStoreError(f"no store at {root}: {directory} does not exist")
-    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
-    return [SegmentPartition(os.path.join(directory, n), int(n), i == len(names) - 1, topics, check_crc)
-            for i, n in enumerate(names)]
+    paths = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if len(n) == 20 and n.isdigit()]
+    last = len(paths) - 1
+    while last > 0 and not _holds_records(paths[last]):
+        last -= 1
+    return [SegmentPartition(p, int(os.path.basename(p)), i >= last, topics, check_crc)
+            for i, p in enumerate(paths)]
+
+
+def _holds_records(path: str) -> bool:
+    with open(path, "rb") as f:
+        return any(f.read(8))
 
 
 def read_segment(part: SegmentPartition):
@@ -60,13 +72,19 @@ def read_segment(part: SegmentPartition):
             return
         buf = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
     try:
-        out, pos = Columns(), 0
+        out, pos, looked_again_at = Columns(), 0, -1
         while True:
             why, pos = take_records(buf, pos, size, out, part.topics, part.check_crc)
             if why is Stop.FULL:
                 yield out.batch()
                 continue
-            if why is Stop.CORRUPT and not (part.newest and _torn_tail(buf, pos, size)):
+            if why is Stop.CORRUPT and part.at_end and _torn_tail(buf, pos, size):
+                if looked_again_at != pos:           # maybe being written: look once more
+                    looked_again_at = pos
+                    time.sleep(TORN_WAIT_S)
+                    continue
+                break                                # still torn: the log ends here, as recovery says
+            if why is Stop.CORRUPT:
                 at = part.file_from_offset + pos
                 raise ValueError(f"corrupt record at CommitLog offset {at} (segment "
                                  f"{offset_to_file_name(part.file_from_offset)}, byte {pos}); "

@@ -3,6 +3,8 @@ real store (`mqstore start` and its services): offsets, limits, partitions and r
 Spark's driver and workers call them, and rows produced as a write task does."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, strategies as st
 from pyspark.sql.datasource import CaseInsensitiveDict
@@ -211,3 +213,32 @@ def test_the_topic_option_wins_over_a_topic_column(store):
     dispatched(store, "Renamed", 20)
     with Admin(store.address) as admin:
         assert "Original" not in admin.topics()
+
+
+def test_batch_reads_of_a_store_being_written_see_whole_messages(store):
+    """The files read while a producer appends (and the allocator makes segments ahead)."""
+    import threading
+    from pipeline.batch_read import CommitLogReader
+    stop, started = threading.Event(), threading.Event()
+
+    def keep_writing() -> None:
+        with Producer(store.address) as p:
+            i = 0
+            while not stop.is_set():
+                assert p.send_batch("Live", [b"live-%06d" % (i + j) for j in range(50)]).ok
+                started.set()
+                i += 50
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        assert started.wait(10)
+        counts, deadline = [], time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            r = CommitLogReader(CaseInsensitiveDict({"path": store.root, "topic": "Live"}))
+            rows = rows_of(b for p in r.partitions() for b in r.read(p))
+            assert all(x["body"].startswith(b"live-") and len(x["body"]) == 11 for x in rows)
+            counts.append(len(rows))
+    finally:
+        stop.set()
+        writer.join()
+    assert counts == sorted(counts) and counts[-1] > counts[0] > 0
