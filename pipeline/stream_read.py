@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -32,7 +33,9 @@ from core.status import GetMessageStatus
 from pipeline import options as opt
 from pipeline.rows import Columns, Stop, check_schema, take_records
 
+log = logging.getLogger(__name__)
 PULL_MAX = 1024                  # messages asked per pull (the reader repeats pulls up to this)
+COMMIT_TIMEOUT_S = 2.0          # a group's offsets only show progress: not worth holding a batch for
 MISSING_WAIT_S = 10.0            # how long a read waits for messages its plan said were there
 _SKIP = {GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_FOUND_NULL,
          GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.MESSAGE_WAS_REMOVING}
@@ -50,11 +53,11 @@ class QueueRange(InputPartition):
     tag_filter: str | None
 
 
-def plan_queue_ranges(where: tuple, topic: str, start: dict, end: dict, tag_filter) -> list:
-    """The partitions between two offsets of this module's form: one per queue that moved."""
-    begin = start.get("queues", {})
+def plan_queue_ranges(where: tuple, topic: str, begin: dict, end: dict, tag_filter) -> list:
+    """The partitions between two sets of queue offsets (queue id -> next offset): one per
+    queue that moved."""
     ranges = []
-    for q, e in sorted(end.get("queues", {}).items(), key=lambda kv: int(kv[0])):
+    for q, e in sorted(end.items(), key=lambda kv: int(kv[0])):
         s = begin.get(q, 0)
         if e > s:
             ranges.append(QueueRange(*where, topic, int(q), s, e, tag_filter))
@@ -147,14 +150,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             given = json.loads(self.starting)
             if not isinstance(given, dict):
                 raise ValueError
-            return {str(int(q)): int(o) for q, o in given.items()}
+            queues = {str(int(q)): int(o) for q, o in given.items()}
+            if min(queues.values(), default=0) < 0:
+                raise ValueError
+            return queues
         except (ValueError, TypeError):
             raise ValueError(f"option startingOffsets={self.starting!r}: earliest, latest or a JSON "
                              'object of queue id to queue offset such as {"0": 10}') from None
 
-    def _admin(self):
+    def _admin(self, timeout: float = 10.0):
         from ipc.admin import Admin
-        return Admin(self.where[0], store=self.where[1])
+        return Admin(self.where[0], store=self.where[1], timeout=timeout)
 
     def _bounds(self) -> dict:
         """queue id (str) -> (min offset, max offset) of the topic's queues now."""
@@ -188,9 +194,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {q: hi for q, (_lo, hi) in self._bounds().items()}
 
+    def _of_this_topic(self, offsets: dict) -> dict:
+        """The queues of an offset Spark kept; a checkpoint of another topic's query is refused."""
+        if offsets.get("topic", self.topic) != self.topic:
+            raise ValueError(f"the checkpoint holds offsets of topic {offsets['topic']!r}, and this "
+                             f"query reads {self.topic!r}: give it a checkpointLocation of its own")
+        return offsets.get("queues", {})
+
     def latestOffset(self, start: dict, limit) -> dict:
+        begin = self._of_this_topic(start)
         ends = self.target if self.target is not None else {q: hi for q, (_lo, hi) in self._bounds().items()}
-        begin = start.get("queues", {})
         queues = dict(begin)
         for q, hi in ends.items():
             queues[q] = max(hi, begin.get(q, 0))
@@ -201,17 +214,25 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"topic": self.topic, "queues": queues}
 
     def partitions(self, start: dict, end: dict) -> list:
-        return plan_queue_ranges(self.where, self.topic, start, end, self.tag_filter)
+        return plan_queue_ranges(self.where, self.topic, self._of_this_topic(start), self._of_this_topic(end),
+                                 self.tag_filter)
 
     def read(self, partition: QueueRange):
         return read_queue_range(partition, self.group or "spark")
 
     def commit(self, end: dict) -> None:
+        """With `group`: the store's offsets of that group follow the query. They only show its
+        progress (the query resumes from its checkpoint), so a store that cannot take them now
+        is logged, not a failure of the query."""
         if not self.group:
             return
-        admin = self._admin()
+        from ipc.connection import MQError
         try:
-            for q, offset in end.get("queues", {}).items():
-                admin.commit_offset(self.group, self.topic, int(q), offset)
-        finally:
-            admin.close()
+            admin = self._admin(timeout=COMMIT_TIMEOUT_S)
+            try:
+                for q, offset in self._of_this_topic(end).items():
+                    admin.commit_offset(self.group, self.topic, int(q), offset)
+            finally:
+                admin.close()
+        except (MQError, ConnectionError, TimeoutError) as e:
+            log.warning("group %s: offsets of %s not committed to the store (%s)", self.group, self.topic, e)

@@ -120,6 +120,7 @@ def test_a_topic_not_created_yet_starts_empty_and_its_queues_are_read_when_they_
 @pytest.mark.parametrize("options, error", [
     ({}, "option topic is required"),
     ({"topic": "T", "startingOffsets": "first"}, "option startingOffsets='first'"),
+    ({"topic": "T", "startingOffsets": '{"0": -1}'}, "option startingOffsets=.{.0.: -1}.: earliest"),
     ({"topic": "T", "maxMessagesPerTrigger": "-1"}, "maxMessagesPerTrigger=-1: at least 0"),
 ])
 def test_bad_stream_options_are_named(store, options, error):
@@ -242,3 +243,23 @@ def test_batch_reads_of_a_store_being_written_see_whole_messages(store):
         stop.set()
         writer.join()
     assert counts == sorted(counts) and counts[-1] > counts[0] > 0
+
+
+def test_a_checkpoint_of_another_topic_is_refused(store):
+    put(store, "OtherA", 10)
+    dispatched(store, "OtherA", 10)
+    start = reader(store, topic="OtherA").initialOffset()
+    r = reader(store, topic="S1")
+    with pytest.raises(ValueError, match="checkpoint holds offsets of topic 'OtherA'"):
+        r.latestOffset(start, ReadAllAvailable())
+    with pytest.raises(ValueError, match="checkpointLocation of its own"):
+        r.partitions(start, start)
+
+
+def test_group_offsets_a_store_cannot_take_are_logged_not_raised(tmp_path, caplog):
+    s = SupervisedStore(tmp_path, "gone").start()
+    r = QueueStreamReader(CaseInsensitiveDict({"address": s.address, "topic": "G", "group": "g1"}))
+    s.stop()
+    with caplog.at_level("WARNING"):
+        r.commit({"topic": "G", "queues": {"0": 5}})
+    assert "offsets of G not committed" in caplog.text
