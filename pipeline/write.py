@@ -4,11 +4,12 @@ rows handed over by Spark as Arrow record batches.
 
 Columns: `body` (binary or string, required); `topic` (string; the `topic` option, when set,
 is every row's topic, as Kafka's sink takes its option over the column: a DataFrame read from
-one topic is written to another by naming it); `tags` (string), `keys` (string, keys separated by a space, or an array of
-strings), `properties` (map<string,string>) and `queue_id` (int) when present. Other columns
-are ignored. Consecutive rows of one topic and queue go as batches of `batchSize` (100) with
-`inFlight` (8) batches unanswered per task; a row without a queue_id lets the producer pick
-queues round robin. The store and its address: options `address` or `path`, as for reading.
+one topic is written to another by naming it); `tags` (string), `keys` (string, keys
+separated by a space, or an array of strings), `properties` (map<string,string>) and
+`queue_id` (int) when present. Other columns are ignored. Consecutive rows of one topic and
+queue go as batches of `batchSize` (100) rows and at most 4 MiB of bodies, with `inFlight` (8)
+batches unanswered per task; a row without a queue_id lets the producer pick queues round
+robin. The store and its address: options `address` or `path`, as for reading.
 
 Delivery is at least once, as with any RocketMQ producer: a task answers only when the store
 has acknowledged every message it sent (under SYNC_FLUSH: flushed), and a refused put fails
@@ -27,6 +28,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from core.message import Message
 from pipeline import options as opt
+
+BATCH_BYTES = 4 << 20     # bodies per put_batch at most, as RocketMQ's producer caps a batch (maxMessageSize)
 
 
 @dataclasses.dataclass
@@ -81,16 +84,18 @@ def produce_batches(batches, where: tuple, topic: str | None, batch_size: int, i
             settle(pending.popleft())
 
     try:
-        key, items = None, []
+        key, items, held = None, [], 0
         for batch in batches:
             for t, queue_id, item in _messages(batch, topic):
-                if (t, queue_id) != key or len(items) >= batch_size:
+                n = len(item.body if item.__class__ is Message else item)
+                if (t, queue_id) != key or len(items) >= batch_size or held + n > BATCH_BYTES:
                     if items:
                         send(key, items)
-                    key, items = (t, queue_id), []
+                    key, items, held = (t, queue_id), [], 0
                 items.append(item)
+                held += n
                 count += 1
-                size += len(item.body if item.__class__ is Message else item)
+                size += n
         if items:
             send(key, items)
         while pending:

@@ -263,3 +263,13 @@ def test_group_offsets_a_store_cannot_take_are_logged_not_raised(tmp_path, caplo
     with caplog.at_level("WARNING"):
         r.commit({"topic": "G", "queues": {"0": 5}})
     assert "offsets of G not committed" in caplog.text
+
+
+def test_batches_stay_under_the_byte_cap(store, monkeypatch):
+    """Bodies of one put_batch are capped (4 MiB, as RocketMQ's producer): here 200 KB, below
+    the test store's 256 KiB segments, which one batch of all the rows would not fit."""
+    import pipeline.write as write
+    monkeypatch.setattr(write, "BATCH_BYTES", 200_000)
+    w = ProducerWriter(CaseInsensitiveDict({"address": store.address, "topic": "Big"}), False)
+    assert w.write(iter([record_batch([dict(body=bytes(10_000)) for _ in range(100)])])).messages == 100
+    dispatched(store, "Big", 100)
