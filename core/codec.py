@@ -380,6 +380,42 @@ class RecordCheck:
     CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
 
 
+def parse_record(buf, pos: int, limit: int, check_crc: bool) -> tuple:
+    """The record at `pos` (not reading past `limit`), read once with every check of
+    `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
+    record, `header` the fields as `_HEADERS` unpacks them; otherwise (RecordCheck.BLANK,
+    END or CORRUPT, the size `check_record` gives, None, 0, None, None)."""
+    if limit - pos < 8:
+        return RecordCheck.END, 0, None, 0, None, None
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        if 8 <= total <= limit - pos:
+            return RecordCheck.BLANK, total, None, 0, None, None
+        return RecordCheck.END, 0, None, 0, None, None
+    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
+        return RecordCheck.END, 0, None, 0, None, None
+    try:
+        header = _HEADERS[host_lengths(_SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0])]
+        h = header.unpack_from(buf, pos)
+        body_at = pos + header.size
+        body_len = h[14]
+        if body_len < 0 or body_at + body_len > pos + total:
+            return RecordCheck.CORRUPT, total, None, 0, None, None
+        if check_crc and crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF != h[2]:
+            return RecordCheck.CORRUPT, total, None, 0, None, None
+        topic, p = _read_topic(buf, body_at + body_len, magic)
+        props_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len - pos != total:
+            return RecordCheck.CORRUPT, total, None, 0, None, None
+        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)):
+            return RecordCheck.CORRUPT, total, None, 0, None, None   # a torn write's zeros (module doc)
+        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
+    except (struct.error, UnicodeDecodeError, IndexError, KeyError):
+        return RecordCheck.CORRUPT, total, None, 0, None, None
+    return None, total, h, body_at, topic, props
+
+
 def check_record(buf, pos: int, limit: int, check_crc: bool):
     """Parse the record at `pos` (not reading past `limit`).
 
@@ -387,40 +423,16 @@ def check_record(buf, pos: int, limit: int, check_crc: bool):
     (RecordCheck.END, 0) where no record starts, and (RecordCheck.CORRUPT, size) for a framed
     record that fails its checks.
     """
-    if limit - pos < 8:
-        return RecordCheck.END, 0
-    total, magic = _BLANK.unpack_from(buf, pos)
-    if magic == MAGIC_BLANK:
-        return (RecordCheck.BLANK, total) if 8 <= total <= limit - pos else (RecordCheck.END, 0)
-    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
-        return RecordCheck.END, 0
-    try:
-        sys_flag = _SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0]
-        born_len, store_len = host_lengths(sys_flag)
-        header = _HEADERS[born_len, store_len]
-        (_, _, crc, queue_id, _, queue_offset, phys, _, _, _, store_ts, _, _, prepared,
-         body_len) = header.unpack_from(buf, pos)
-        p = pos + header.size
-        if body_len < 0 or p + body_len > pos + total:
-            return RecordCheck.CORRUPT, total
-        if check_crc and crc32(buf[p:p + body_len]) & 0x7FFFFFFF != crc:
-            return RecordCheck.CORRUPT, total
-        topic, p = _read_topic(buf, p + body_len, magic)
-        props_len = _I16.unpack_from(buf, p)[0]
-        p += 2
-        if props_len < 0 or p + props_len - pos != total:
-            return RecordCheck.CORRUPT, total
-        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)):
-            return RecordCheck.CORRUPT, total              # a torn write's zeros (see module doc)
-        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
-    except (struct.error, UnicodeDecodeError, IndexError, KeyError):
-        return RecordCheck.CORRUPT, total
+    outcome, total, h, _, topic, props = parse_record(buf, pos, limit, check_crc)
+    if outcome is not None:
+        return outcome, total
+    store_ts = h[10]
     tag_code = tags_code(props.get(PROPERTY_TAGS))
     if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
         tag_code = _delivery_time(props[PROPERTY_DELAY], store_ts, tag_code)
     return DispatchRequest(
-        topic, queue_id, phys, total, tag_code, store_ts, queue_offset,
-        props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), sys_flag, prepared), total
+        topic, h[3], h[6], total, tag_code, store_ts, h[5],
+        props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), h[7], h[13]), total
 
 
 def _delivery_time(level: str, store_timestamp: int, tag_code: int) -> int:

@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from core.codec import RecordCheck, check_record
 from core.mapped_file import offset_to_file_name
 from pipeline import options as opt
-from pipeline.rows import Columns, Stop, check_schema, take_records
+from pipeline.rows import Columns, Stop, check_schema, full_batches
 
 TORN_WAIT_S = 0.2        # how long a record at the log's end that is not whole yet is given
 
@@ -74,10 +74,7 @@ def read_segment(part: SegmentPartition):
     try:
         out, pos, looked_again_at = Columns(), 0, -1
         while True:
-            why, pos = take_records(buf, pos, size, out, part.topics, part.check_crc)
-            if why is Stop.FULL:
-                yield out.batch()
-                continue
+            why, pos = yield from full_batches(buf, pos, size, out, part.topics, part.check_crc)
             if why is Stop.CORRUPT and part.at_end and _torn_tail(buf, pos, size):
                 if looked_again_at != pos:           # maybe being written: look once more
                     looked_again_at = pos

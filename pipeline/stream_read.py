@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from core.status import GetMessageStatus
 from pipeline import options as opt
-from pipeline.rows import Columns, Stop, check_schema, take_records
+from pipeline.rows import Columns, Stop, check_schema, full_batches
 
 log = logging.getLogger(__name__)
 PULL_MAX = 1024                  # messages asked per pull (the reader repeats pulls up to this)
@@ -82,11 +82,7 @@ def read_queue_range(part: QueueRange, group: str = "spark"):
             nxt = env.get("next_begin_offset", offset)
             if status is GetMessageStatus.FOUND and nxt > offset:
                 frame = bytes(frames[0]) if frames else b""
-                pos, why = 0, Stop.FULL
-                while why is Stop.FULL:
-                    why, pos = take_records(frame, pos, len(frame), out, queue_end=part.end)
-                    if why is Stop.FULL:
-                        yield out.batch()
+                why, pos = yield from full_batches(frame, 0, len(frame), out, queue_end=part.end)
                 if why is not Stop.DONE and why is not Stop.LIMIT:
                     raise ValueError(f"{part.topic} queue {part.queue_id}: the pull at {offset} "
                                      f"answered a frame that is not whole records ({why} at byte {pos})")
