@@ -46,6 +46,7 @@ import _limits as L                                                          # n
 from core import MessageStore, PutMessageStatus, StoreConfig                 # noqa: E402
 from core.fileops import REAL_FILE_OPS                                       # noqa: E402
 from core.store_files import AbortFile                                       # noqa: E402
+from _sqlite_peer import sqlite_puts                                         # noqa: E402
 from _embedded_plan import (                                                  # noqa: E402
     BATCH, FULL, QUICK, QUEUES, TAGS, THREADS, TOPIC, Frozen, MessageFactory, Plan, SizePlan, say,
     scaled, size_name,
@@ -58,6 +59,10 @@ GET_TARGET = 500_000                      # messages/s
 RECOVERY_TARGET = 300.0                   # MB/s
 BATCH_TARGET = 0.5                        # x write limit, 1 KiB batches of 32 (ASYNC_FLUSH)
 SINGLE_TARGET = 0.25                      # x write limit, 1 KiB single puts (ASYNC_FLUSH)
+# SYNC_FLUSH rows: x the fdatasync limit, by threads (1 thread: a record per fdatasync; 8: eight)
+SYNC_FSYNC_TARGET = {1: 0.7, THREADS: 0.4}
+SQLITE_ASYNC_TARGET = 2.0                 # x SQLite synchronous=NORMAL, beside the ASYNC rows
+SQLITE_SYNC_TARGET = 1.0                  # x SQLite synchronous=FULL, beside the SYNC rows
 
 
 # ---- the benchmark ---------------------------------------------------------------------
@@ -75,6 +80,7 @@ class EmbeddedBench:
                                            "page_growth_us_per_page": []}
         self.cpu: dict = {}
         self.cpu_samples: list[dict] = []
+        self.peer_rows: list[tuple] = []    # (workload, ours, peer, peer's rate, ratio, target)
 
     # -- stores --------------------------------------------------------------------------
     def open_store(self, name: str, segment: int, flush: str) -> MessageStore:
@@ -220,6 +226,8 @@ class EmbeddedBench:
                 row.target = f">={need}x limit"
                 row.met = row.ratio >= need
             self.rows.append(row)
+            self.sqlite_peer(row, sp.body, count, "NORMAL", BATCH if batched else 1,
+                             SQLITE_ASYNC_TARGET)
             self.notes.append(
                 f"{row.workload}: the reput thread was {behind / L.MB:,.0f} MB "
                 f"({behind / max(1, nbytes):.0%}) behind when the puts ended and caught up "
@@ -360,12 +368,39 @@ class EmbeddedBench:
                         notes={"messages": count, "bytes": nbytes, "seconds": seconds,
                                "floor": "append", "body": sp.body,
                                "limit_ops_per_s": lim.ops_per_s, "records_per_fsync_in_limit": group})
+            if threads in SYNC_FSYNC_TARGET and not batched:
+                need = SYNC_FSYNC_TARGET[threads]
+                row.target, row.met = f">={need}x limit", row.ratio >= need
             self.rows.append(row)
+            if threads == 1:
+                self.sqlite_peer(row, sp.body, count, "FULL", group, SQLITE_SYNC_TARGET)
             say(f"  {label}: {count} msgs, {L.fmt_rate(row.ops_per_s)} msgs/s "
                 f"(limit {L.fmt_rate(lim.ops_per_s * group)} msgs/s at {group} per fdatasync)")
         store.shutdown()
         self.stores.remove(store)
         shutil.rmtree(store.config.store_path_root_dir)
+
+    def sqlite_peer(self, row: L.Row, body: int, count: int, synchronous: str, batch: int,
+                    need: float) -> None:
+        """SQLite (WAL) doing the same puts on the same disk right after ours: one autocommit
+        insert per put, or a transaction per batch; a row of the peer table."""
+        m = sqlite_puts(self.root, body, count, synchronous, batch)
+        what = "autocommit insert" if batch == 1 else f"transactions of {batch}"
+        ratio = row.ops_per_s / m.ops_per_s
+        row.notes["sqlite_msgs_per_s"] = m.ops_per_s
+        self.peer_rows.append((row.workload, row.ops_per_s, f"SQLite {synchronous} {what}",
+                               m.ops_per_s, ratio, need))
+        say(f"    SQLite {synchronous} {what}: {L.fmt_rate(m.ops_per_s)} rows/s "
+            f"(ours {ratio:.2f}x)")
+
+    def print_peers(self) -> None:
+        print("peer: SQLite in WAL mode on the same disk, the same messages (topic, tag, key, "
+              "body), measured right after each row:")
+        body = [(w, L.fmt_rate(ours), peer, L.fmt_rate(theirs), L.fmt_ratio(ratio), f">={need}x",
+                 "met" if ratio >= need else "not met")
+                for w, ours, peer, theirs, ratio, need in self.peer_rows]
+        L.print_aligned(("workload", "msgs/s", "peer", "peer rows/s", "ratio", "target", "status"),
+                        body, {1, 3, 4})
 
     def _floor_of(self, row: L.Row) -> float:
         kind = row.notes.get("floor")
@@ -421,7 +456,9 @@ class EmbeddedBench:
         print()
         print("ratio = our MB/s / the limit's MB/s; vs floor = our msgs/s / the CPU floor's records/s "
               "(append floor for puts, scan floor for decoded gets and recovery, slice-copy "
-              "records/s for raw gets); targets apply to ASYNC_FLUSH rows only.")
+              "records/s for raw gets); a SYNC row's target is against its fdatasync limit.")
+        print()
+        self.print_peers()
         for note in self.notes:
             print(f"  {note}")
 
@@ -483,7 +520,7 @@ def main(argv=None) -> int:
             "cpu_floor": {str(k): v for k, v in bench.cpu.items()},
             "cpu_floor_samples": [{str(k): v for k, v in r.items()} for r in bench.cpu_samples],
             "limit_samples": bench.samples,
-            "rows": bench.rows, "notes": bench.notes, "elapsed_seconds": elapsed,
+            "rows": bench.rows, "sqlite_peer_rows": bench.peer_rows, "notes": bench.notes, "elapsed_seconds": elapsed,
             "cpu_use": cpu_use})
     return 0
 

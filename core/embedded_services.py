@@ -2,7 +2,8 @@
 ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drain at stop.
 
 - `FlushService`: ASYNC_FLUSH on an interval with least-pages and thorough rules, or
-  SYNC_FLUSH group commit (one fsync answers every waiter below it).
+  SYNC_FLUSH group commit by leader and followers (the put that finds no flush under way runs
+  the fdatasync, and it answers every waiter below it).
 - `CommitService`: copies transient-pool buffers into the files.
 - `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
   queues and index, and writes the checkpoint.
@@ -73,38 +74,67 @@ class FlushService(ServiceThread):
         self.sync = self.cfg.is_sync_flush
         self.interval_ms = 10 if self.sync else self.cfg.flush_interval_commitlog
         self.cv = threading.Condition()
-        self.requested = 0
+        self.flushing = False            # a flush (by a put or the thread) is under way
         self.failed = False
         self.least = LeastPages(self.cfg.flush_commitlog_least_pages,
                                 self.cfg.flush_commitlog_thorough_interval)
 
     # -- put side ------------------------------------------------------------------------
     def wait_flushed(self, next_offset: int, timeout_ms: int) -> bool:
-        """Group commit: block until the flushed position passes `next_offset`."""
+        """Group commit, leader/follower: block until the flushed position passes
+        `next_offset`. A waiter that finds no flush under way runs it itself (one fdatasync
+        for everything appended so far) and wakes the others; the others wait for it. No
+        hand-off to the flush thread on the put's path: that hand-off (wake it, let it run,
+        be woken back) cost two thirds of a single put (benchmarks/embedded.py, SYNC rows)."""
         queue = self.commitlog.queue
+        if queue.flushed_where >= next_offset:
+            return True
         deadline = time.monotonic() + timeout_ms / 1000
-        with self.cv:
-            if next_offset > self.requested:
-                self.requested = next_offset
-                self.wakeup()
-            while queue.flushed_where < next_offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.failed:
-                    return False
-                self.cv.wait(remaining)
-        return True
+        cv = self.cv
+        while True:
+            with cv:
+                while queue.flushed_where < next_offset:
+                    if self.failed:
+                        return False
+                    if not self.flushing and not self.stopped:
+                        self.flushing = True         # this waiter leads the next flush
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    cv.wait(remaining)
+                else:
+                    return True
+            self._lead_flush()
+
+    def _lead_flush(self) -> None:
+        """Flush everything appended so far, publish, and hand the lead back. The caller set
+        `flushing` under the condition; one flush runs at a time."""
+        try:
+            self._flush_until(self.commitlog.get_max_offset())
+            self._publish_checkpoint()
+        finally:
+            with self.cv:
+                self.flushing = False
+                self.cv.notify_all()
 
     # -- loop ----------------------------------------------------------------------------
     def run_once(self) -> None:
         queue = self.commitlog.queue
         if self.sync:
-            target = max(self.requested, self.commitlog.get_max_offset())
-            self._flush_until(target)
-        else:
-            least = self.least.now()
-            for _ in range(len(queue.files) + 1):
-                if self._flush(least):
-                    break
+            # Puts lead their own flushes; the thread flushes what puts that do not wait
+            # (WAIT=false) left behind, unless a put is flushing now.
+            if queue.flushed_where < self.commitlog.get_max_offset():
+                with self.cv:
+                    if self.flushing:
+                        return
+                    self.flushing = True
+                self._lead_flush()
+            return
+        least = self.least.now()
+        for _ in range(len(queue.files) + 1):
+            if self._flush(least):
+                break
         self._publish()
 
     def _flush_until(self, target: int) -> None:
@@ -129,12 +159,15 @@ class FlushService(ServiceThread):
         with self.cv:
             self.cv.notify_all()
 
-    def _publish(self) -> None:
+    def _publish_checkpoint(self) -> None:
         queue = self.commitlog.queue
         ckpt = self.store.checkpoint
         if queue.store_timestamp:
             ckpt.physic_msg_timestamp = queue.store_timestamp
         ckpt.flushed_phy_offset = queue.flushed_where
+
+    def _publish(self) -> None:
+        self._publish_checkpoint()
         with self.cv:
             self.cv.notify_all()
 
