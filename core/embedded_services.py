@@ -7,6 +7,8 @@ ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drai
 - `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
   queues and index, and writes the checkpoint.
 - `AllocateService`: keeps the next segment created ahead of the appender.
+- `ScheduleService`: delivers delayed messages when due (core.schedule), re-putting them
+  through `MessageStore.put_message`.
 The separate-process services (services/) wrap the same `core` classes.
 """
 from __future__ import annotations
@@ -16,9 +18,12 @@ import os
 import threading
 import time
 
+from core.codec import SCHEDULE_TOPIC
+from core.delay_offsets import DelayOffsetStore
 from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
 from core.least_pages import LeastPages
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+from core.schedule import DelayScheduler
 
 log = logging.getLogger(__name__)
 
@@ -286,3 +291,32 @@ class AllocateService(ServiceThread):
     def _warm(self, path: str) -> None:
         if not self.fileops.warm_file(path, self.file_size):
             log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
+
+
+class ScheduleService(ServiceThread):
+    """The scheduler job (core.schedule) over the store's own consume queues and CommitLog;
+    its re-puts are `put_message` calls, so they are flushed and dispatched as any put."""
+
+    def __init__(self, store):
+        super().__init__("schedule")
+        self.store = store
+        cq_store = store.cq_store
+        self.job = DelayScheduler(store.config.delay_levels_ms,
+                                  DelayOffsetStore(store.config.config_dir, store.fileops),
+                                  lambda queue_id: cq_store.find(SCHEDULE_TOPIC, queue_id),
+                                  store.commitlog.read, self._put_all)
+        self.job.load()
+        self._wait_ms = 0
+
+    def _put_all(self, msgs) -> list:
+        put = self.store.put_message
+        return [put(m).status for m in msgs]
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        super().wait_for_running(self._wait_ms)
+
+    def run_once(self) -> None:
+        self._wait_ms = self.job.run_once()
+
+    def drain(self) -> None:
+        self.job.offsets.persist()
