@@ -1,0 +1,164 @@
+"""The scheduler process: delivers delayed messages when due (docs/SERVICES.md, scheduler).
+
+It hosts core.schedule.DelayScheduler, the job the embedded store runs as a thread. Around it:
+- read-only views of the CommitLog (up to CONFIRM) and of the schedule queues (entries of
+  records below DISPATCHED), as the reader has them;
+- a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` request
+  as any client sends (docs/PROTOCOL.md), so it is flushed, replicated and dispatched as any
+  put; a batch's requests are sent together and their replies awaited for `REPLY_TIMEOUT_S`
+  (a put not answered by then is not acknowledged, and is sent again later);
+- it writes config/delayOffset.json (its only file).
+While the control block's SLAVE word is 1 it delivers nothing; when the word goes to 0 (a
+promotion) it reads the offsets file again, as replicated, and carries on from there.
+Every second it emits a `stats` event: `delay_pending` ({level: entries not delivered}),
+`delay_delivered`, `delay_skipped`, `delay_refused` (counts since the previous event) and
+`delivery_latency` (a latency map: ms from due time to acknowledged delivery).
+
+Usage (started by the supervisor): python -m services.scheduler --store ROOT
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import zmq
+
+from core.codec import SCHEDULE_TOPIC
+from core.delay_offsets import DelayOffsetStore
+from core.readonly_views import CommitLogView, ConsumeQueueStoreView
+from core.schedule import DelayScheduler
+from core.status import PutMessageStatus
+from ipc.control_block import Word
+from ipc.protocol import pack, unpack
+from ipc.sockets import make_socket
+from services.append_waiters import BUCKETS_MS, SUM_KEY
+from services.base import ServiceLoop, run_service
+
+log = logging.getLogger("mqstore.scheduler")
+REPLY_TIMEOUT_S = 5.0
+SLAVE_POLL_MS = 200
+
+
+def wire_put(msg, rid: int) -> list:
+    """The `put` request frames of a Message (docs/PROTOCOL.md)."""
+    host = msg.born_host
+    born = f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
+    env = {"op": "put", "rid": rid, "topic": msg.topic, "queue_id": msg.queue_id,
+           "flag": msg.flag, "tags": msg.tags, "keys": msg.keys, "properties": msg.properties,
+           "born_timestamp": msg.born_timestamp, "born_host": born}
+    return [pack(env), msg.body]
+
+
+def lag_histogram(lags: list) -> dict:
+    """Lags in ms as a latency map (services/append_waiters's buckets, `sum_ms`)."""
+    out: dict = {}
+    for lag in lags:
+        bucket = next((b for b in BUCKETS_MS if lag <= b), "inf")
+        out[bucket] = out.get(bucket, 0) + 1
+    if out:
+        out[SUM_KEY] = sum(lags)
+    return out
+
+
+class Scheduler(ServiceLoop):
+    name = "scheduler"
+    interval_ms = 100
+
+    def setup(self) -> None:
+        cfg, cb = self.config, self.cb
+        self.commitlog = CommitLogView(cfg.commitlog_dir, cfg.mapped_file_size_commitlog,
+                                       cfg.max_mapped_files)
+        self.cqs = ConsumeQueueStoreView(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
+                                         dispatched=lambda: min(cb.get(Word.DISPATCHED),
+                                                                self.commitlog.get_max_offset()),
+                                         min_phy=lambda: cb.get(Word.MIN_PHY))
+        self.job = DelayScheduler(cfg.delay_levels_ms, DelayOffsetStore(cfg.config_dir),
+                                  self._queue_of, self.commitlog.read, self._put_all)
+        self.job.load()
+        with open(os.path.join(self.run_dir, "endpoints.json")) as f:
+            endpoint = json.load(f)["appender"]
+        self.dealer = make_socket(self.ctx, zmq.DEALER)
+        self.dealer.connect(endpoint)
+        self.rid = 0
+        self.slave = bool(cb.get(Word.SLAVE))
+        self.wait_ms = 0
+        self.counted = (0, 0, 0)
+        self.next_stats = 0.0
+
+    # -- the job's callables -------------------------------------------------------------
+    def _queue_of(self, queue_id: int):
+        cq = self.cqs.find(SCHEDULE_TOPIC, queue_id)
+        if cq is not None:
+            cq.refresh_max(self.cqs.dispatched())
+        return cq
+
+    def _put_all(self, msgs) -> list:
+        """Send every re-put, then wait for their replies; a status per message, None for one
+        not answered in time."""
+        first = self.rid + 1
+        for msg in msgs:
+            self.rid += 1
+            self.dealer.send_multipart(wire_put(msg, self.rid), copy=False)
+        statuses: dict = {}
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        while len(statuses) < len(msgs):
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stopped or not self.dealer.poll(int(left * 1000) + 1):
+                break
+            reply = unpack(self.dealer.recv_multipart()[0])
+            rid = reply.get("rid") if isinstance(reply, dict) else None
+            if isinstance(rid, int) and first <= rid <= self.rid:
+                try:
+                    statuses[rid] = PutMessageStatus(reply.get("status"))
+                except ValueError:
+                    statuses[rid] = None            # an error reply: not stored
+        return [statuses.get(first + i) for i in range(len(msgs))]
+
+    # -- the loop ------------------------------------------------------------------------
+    def wait_for_running(self, timeout_ms: float) -> None:
+        super().wait_for_running(SLAVE_POLL_MS if self.slave else min(timeout_ms, self.wait_ms))
+
+    def run_once(self) -> None:
+        slave = bool(self.cb.get(Word.SLAVE))
+        if slave != self.slave:
+            self.slave = slave
+            if not slave:                          # promoted: the offsets as replicated
+                log.info("master now: delivering from %s", self.job.offsets.path)
+                self.job.load()
+        if slave:
+            return
+        self.commitlog.set_min(self.cb.get(Word.MIN_PHY))
+        self.commitlog.set_end(self.cb.get(Word.CONFIRM))
+        self.wait_ms = self.job.run_once()
+        self._emit_stats()
+
+    def _emit_stats(self) -> None:
+        now = time.monotonic()
+        if now < self.next_stats:
+            return
+        self.next_stats = now + 1.0
+        job = self.job
+        counts = (job.delivered, job.skipped, job.refused)
+        delivered, skipped, refused = (a - b for a, b in zip(counts, self.counted))
+        self.counted = counts
+        lags, job.lag_ms = job.lag_ms, []
+        self.emit("stats", delay_pending={str(k): v for k, v in job.pending().items()},
+                  delay_delivered=delivered, delay_skipped=skipped, delay_refused=refused,
+                  delivery_latency=lag_histogram(lags))
+
+    def drain(self) -> None:
+        self.job.offsets.persist()
+
+    def close(self) -> None:
+        sock = getattr(self, "dealer", None)
+        if sock is not None:
+            sock.close(0)
+        if getattr(self, "commitlog", None) is not None:
+            self.commitlog.shutdown()
+        super().close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(Scheduler))

@@ -1,0 +1,121 @@
+"""Delay levels in a real process tree (services/scheduler.py re-putting through the appender):
+each level delivered no earlier than its delay and within a second after it, in order, with its
+topic, queue, body, properties and UNIQ_KEY; SIGKILL of the scheduler and of the whole tree
+while messages are pending: every one delivered after the restart, none lost."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+
+from core.decode import decode_message
+from tests.integration.harness import wait_for
+from tests.integration.supervised import pid_gone, supervised_stores as store  # noqa: F401
+
+LEVELS = "1s 2s 3s"
+
+
+def pull_raw(s, topic: str, queue_id: int, offset: int = 0) -> list:
+    """Every message of the queue from `offset`, decoded, each with the time it was pulled."""
+    reader = s.call("hello")[0]["reader"]
+    out = []
+    while True:
+        reply, frames = s.call("pull", endpoint=reader, group="d", topic=topic, queue_id=queue_id,
+                               offset=offset, max_msgs=64, format="raw")
+        if reply["status"] != "FOUND":
+            return out
+        data, pos, now = frames[0], 0, time.time() * 1000
+        while pos < len(data):
+            m = decode_message(data, pos)
+            out.append((m, now))
+            pos += m.store_size
+        offset = reply["next_begin_offset"]
+
+
+def collect(s, topic: str, queue_id: int, want: int, timeout: float = 20.0) -> list:
+    """Poll the queue until `want` messages are there; (message, first seen ms) each."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += pull_raw(s, topic, queue_id, len(got))
+        time.sleep(0.02)
+    return got
+
+
+def test_levels_delivered_on_time_with_their_fields(store):
+    s = store(message_delay_level=LEVELS).start()
+    sent = []
+    for level in (3, 1, 2):
+        for i in range(4):
+            reply = s.put("orders", b"L%d-%d" % (level, i), queue_id=1, tags="TA", keys=["k1", "k2"],
+                          properties={"DELAY": str(level), "UNIQ_KEY": f"UK{level}{i}", "x": "y"})
+            assert reply["status"] == "PUT_OK", reply
+            assert reply["queue_id"] == level - 1 and reply["queue_offset"] == i
+            sent.append((level, i, reply["store_timestamp"]))
+    got = collect(s, "orders", 1, len(sent))
+    assert len(got) == len(sent)
+    by_body = {m.body: (m, seen) for m, seen in got}
+    for level in (1, 2, 3):
+        bodies = [m.body for m, _ in got if m.body.startswith(b"L%d-" % level)]
+        assert bodies == [b"L%d-%d" % (level, i) for i in range(4)]          # in order
+    for level, i, stored in sent:
+        m, seen = by_body[b"L%d-%d" % (level, i)]
+        due = stored + level * 1000
+        assert m.store_timestamp >= due
+        assert seen - due < 1000 + 300, (level, i, seen - due)
+        assert m.topic == "orders" and m.queue_id == 1 and m.tags == "TA" and m.keys == "k1 k2"
+        assert m.properties["UNIQ_KEY"] == f"UK{level}{i}" and m.properties["x"] == "y"
+        assert "DELAY" not in m.properties and m.properties["REAL_TOPIC"] == "orders"
+    reader = s.call("hello")[0]["reader"]
+    reply, _ = s.call("query_by_key", endpoint=reader, topic="orders", key="UK21")
+    assert reply["status"] == "OK" and len(reply["messages"]) >= 1, reply
+    wait_for(lambda: json.load(open(s.path("config", "delayOffset.json")))["offsetTable"]
+             == {"1": 4, "2": 4, "3": 4}, timeout=10)
+    assert s.stop() == 0
+
+
+def _put_pending(s, n: int, level: int, prefix: bytes) -> None:
+    for i in range(n):
+        reply = s.put("t", prefix + b"%d" % i, queue_id=0, properties={"DELAY": str(level)})
+        assert reply["status"] == "PUT_OK", reply
+
+
+def _bodies(s) -> list:
+    return [m.body for m, _ in pull_raw(s, "t", 0)]
+
+
+def test_scheduler_killed_while_pending_delivers_all(store):
+    s = store(message_delay_level=LEVELS).start()
+    _put_pending(s, 20, 2, b"a")
+    victim = s.service("scheduler")["pid"]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: pid_gone(victim), timeout=10)
+    _put_pending(s, 20, 1, b"b")
+    s.wait_service("scheduler", "RUNNING", timeout=30)
+    want = {b"a%d" % i for i in range(20)} | {b"b%d" % i for i in range(20)}
+    wait_for(lambda: want <= set(_bodies(s)), timeout=20)
+    assert s.stop() == 0
+
+
+def test_whole_tree_killed_while_pending_delivers_all(store):
+    s = store(message_delay_level=LEVELS).start()
+    _put_pending(s, 30, 3, b"c")
+    _put_pending(s, 30, 1, b"d")
+    wait_for(lambda: len(_bodies(s)) >= 10, timeout=20)       # some delivered, most pending
+    tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    s.proc.wait(10)
+    wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
+    s.start()
+    want = {b"c%d" % i for i in range(30)} | {b"d%d" % i for i in range(30)}
+    wait_for(lambda: want <= set(_bodies(s)), timeout=30)
+    bodies = _bodies(s)
+    assert set(bodies) == want                        # every one; duplicates allowed
+    assert s.stop() == 0
