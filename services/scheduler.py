@@ -144,9 +144,11 @@ class Scheduler(ServiceLoop):
         delivered, skipped, refused = (a - b for a, b in zip(counts, self.counted))
         self.counted = counts
         lags, job.lag_ms = job.lag_ms, []
-        self.emit("stats", delay_pending={str(k): v for k, v in job.pending().items()},
-                  delay_delivered=delivered, delay_skipped=skipped, delay_refused=refused,
-                  delivery_latency=lag_histogram(lags))
+        fields = {"delay_pending": {str(k): v for k, v in job.pending().items()},
+                  "delay_delivered": delivered, "delay_skipped": skipped, "delay_refused": refused}
+        if lags:
+            fields["delivery_latency"] = lag_histogram(lags)
+        self.emit("stats", **fields)
 
     def drain(self) -> None:
         self.job.offsets.persist()
