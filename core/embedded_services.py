@@ -23,7 +23,9 @@ from core.delay_offsets import DelayOffsetStore
 from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
 from core.least_pages import LeastPages
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+from core.delay_put import TIMER_TOPIC
 from core.schedule import DelayScheduler
+from core.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +296,9 @@ class AllocateService(ServiceThread):
 
 
 class ScheduleService(ServiceThread):
-    """The scheduler job (core.schedule) over the store's own consume queues and CommitLog;
-    its re-puts are `put_message` calls, so they are flushed and dispatched as any put."""
+    """The scheduler jobs (delay levels, core.schedule; timers, core.timer_job) over the
+    store's own consume queues and CommitLog; their re-puts are `put_message` calls, so they
+    are flushed and dispatched as any put."""
 
     def __init__(self, store):
         super().__init__("schedule")
@@ -306,6 +309,10 @@ class ScheduleService(ServiceThread):
                                   lambda queue_id: cq_store.find(SCHEDULE_TOPIC, queue_id),
                                   store.commitlog.read, self._put_all)
         self.job.load()
+        self.timers = TimerScheduler(store.config.store_path_root_dir, store.config.config_dir,
+                                     lambda: cq_store.find(TIMER_TOPIC, 0), store.commitlog.read,
+                                     self._put_all, store.fileops)
+        self.timers.load()
         self._wait_ms = 0
 
     def _put_all(self, msgs) -> list:
@@ -316,7 +323,8 @@ class ScheduleService(ServiceThread):
         super().wait_for_running(self._wait_ms)
 
     def run_once(self) -> None:
-        self._wait_ms = self.job.run_once()
+        self._wait_ms = min(self.job.run_once(), self.timers.run_once())
 
     def drain(self) -> None:
         self.job.offsets.persist()
+        self.timers.persist(force=True)

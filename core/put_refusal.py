@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 from core.codec import MAX_PROPERTIES_BYTES, _properties_string
-from core.delay_put import level_of
 from core.key_block import key_list
 from core.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
@@ -44,9 +43,7 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
 
 def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | None:
     if batch and has_delay_level(msg.properties):
-        return "a batch takes no delay level (property DELAY), as RocketMQ's"
-    if not batch and has_delay_level(msg.properties) and level_of(msg.properties["DELAY"]) is None:
-        return "the delay level (property DELAY) must be an integer"
+        return "a batch takes no delay level (property DELAY) and no timer, as RocketMQ's"
     if batch and msg.sys_flag & SYSFLAG_TRANSACTION_MASK:
         return "a batch takes no transaction message, as RocketMQ's"
     if len(body) > max_message_size:
@@ -58,6 +55,9 @@ def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | N
     size = _properties_bytes(msg, uniq_key)
     if size is not None and size > MAX_PROPERTIES_BYTES:
         return f"the properties are {size} bytes, over {MAX_PROPERTIES_BYTES}"
+    if not batch and has_delay_level(msg.properties):
+        return ("a timer (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) must be an integer "
+                "and at most timer_max_delay_sec ahead; a delay level (DELAY) an integer")
     return None
 
 

@@ -25,7 +25,7 @@ from core.store_format import check_store_format
 from core.consume_queue_store import ConsumeQueueStore
 from core.consumer_offsets import ConsumerOffsetStore
 from core.dispatch import Dispatcher
-from core.delay_put import delayed_put
+from core.delay_put import delay_rules, delayed_put
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService, ScheduleService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
@@ -149,7 +149,7 @@ class MessageStore:
         self.commit_service: CommitService | None = None
         self.reput_service: ReputService | None = None
         self.schedule_service: ScheduleService | None = None
-        self._delay_levels = config.delay_levels_ms
+        self._delay_rules = delay_rules(config)
         self.recovery_report = None
         self._sync_flush = config.is_sync_flush
         self._is_slave = config.is_slave
@@ -306,7 +306,7 @@ class MessageStore:
             if status is not None:
                 return PutMessageResult(status)
         if msg.properties:
-            msg = delayed_put(msg, self._delay_levels)        # a DELAY level: its schedule queue
+            msg = delayed_put(msg, self._delay_rules)         # DELAY or a timer: core.delay_put
             if msg.__class__ is PutMessageStatus:
                 return PutMessageResult(msg)
         result = self.commitlog.append_message(msg)

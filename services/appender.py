@@ -39,7 +39,7 @@ import time
 import zmq
 
 from core.batch_encode import prepare_batch_records, prepare_each
-from core.delay_put import delayed_put
+from core.delay_put import delay_rules, delayed_put
 from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
@@ -91,7 +91,7 @@ class Appender(ServiceLoop):
         # connected, it answers SLAVE_NOT_AVAILABLE (the message is stored).
         self.acked = SLAVE_NOT_AVAILABLE if config.is_sync_master else PUT_OK
         self.max_size = config.max_message_size
-        self.delay_levels = config.delay_levels_ms
+        self.delay_rules = delay_rules(config)
         self.fallback_host = config.store_host_tuple
         self.pool = (SharedPool(cb, config.transient_store_pool_size, config.mapped_file_size_commitlog)
                      if cb.get(Word.POOL_ENABLED) else None)
@@ -413,7 +413,7 @@ class Appender(ServiceLoop):
         if not batch:                                         # one message: its record's bytes
             msgs[0].queue_id = qid
             if msgs[0].properties:
-                stored = delayed_put(msgs[0], self.delay_levels)    # a DELAY level
+                stored = delayed_put(msgs[0], self.delay_rules)     # DELAY or a timer
                 if stored.__class__ is PutMessageStatus:
                     return stored
                 msgs[0] = stored
