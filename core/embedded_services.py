@@ -309,7 +309,7 @@ class ScheduleService(ServiceThread):
                                   lambda queue_id: cq_store.find(SCHEDULE_TOPIC, queue_id),
                                   store.commitlog.read, self._put_all)
         self.job.load()
-        self.timers = TimerScheduler(store.config.store_path_root_dir, store.config.config_dir,
+        self.timers = TimerScheduler(store.config.store_path_root_dir,
                                      lambda: cq_store.find(TIMER_TOPIC, 0), store.commitlog.read,
                                      self._put_all, store.fileops)
         self.timers.load()

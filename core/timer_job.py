@@ -15,7 +15,8 @@ Each pass has two steps:
   inside `timer_precision_ms`). A window is finished once its time is over and every entry in
   it was acknowledged; then the next window with a file becomes current.
 
-Progress is the checkpoint `config/timerCheckpoint.json`: `enqueued` (consume-queue offset taken
+Progress is the checkpoint `timerqueue/checkpoint.json` (beside the window files it speaks
+for, so that it never travels without them): `enqueued` (consume-queue offset taken
 in), `window` (the current window's start), `cursor` ([delivery ms, arrival] of the last entry
 delivered in it: every entry at or below it, among those taken in before `below`, is done) and
 `below`. It is written atomically at most every `CHECKPOINT_MS`, after the window files are
@@ -41,7 +42,7 @@ from core.schedule import ACKED, IDLE_MS, RETRY_MS, delivery_of, now_ms
 from core.timer_wheel import ENTRY_DTYPE, WINDOW_MS, TimerWindows, window_of
 
 log = logging.getLogger(__name__)
-CHECKPOINT_FILE = "timerCheckpoint.json"
+CHECKPOINT_FILE = "checkpoint.json"
 ENQUEUE_BATCH = 4096
 DELIVER_BATCH = 256
 CHECKPOINT_MS = 100
@@ -61,11 +62,11 @@ class TimerScheduler:
     """`arrivals()`: the timer topic's consume queue (or view), None while it does not exist;
     `read`, `put_all`: as core.schedule.DelayScheduler's."""
 
-    def __init__(self, store_root: str, config_dir: str, arrivals, read, put_all,
+    def __init__(self, store_root: str, arrivals, read, put_all,
                  fileops: FileOps = REAL_FILE_OPS, clock=now_ms):
-        self.path = os.path.join(config_dir, CHECKPOINT_FILE)
         self.fileops = fileops
         self.wheel = TimerWindows(store_root, fileops)
+        self.path = os.path.join(self.wheel.dir, CHECKPOINT_FILE)
         self.arrivals = arrivals
         self.read = read
         self.put_all = put_all

@@ -1,17 +1,20 @@
 """The scheduler process: delivers delayed messages when due (docs/SERVICES.md, scheduler).
 
-It hosts core.schedule.DelayScheduler, the job the embedded store runs as a thread. Around it:
+It hosts core.schedule.DelayScheduler (delay levels) and core.timer_job.TimerScheduler (timer
+messages), the jobs the embedded store runs in its schedule thread. Around them:
 - read-only views of the CommitLog (up to CONFIRM) and of the schedule queues (entries of
   records below DISPATCHED), as the reader has them;
 - a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` request
   as any client sends (docs/PROTOCOL.md), so it is flushed, replicated and dispatched as any
   put; a batch's requests are sent together and their replies awaited for `REPLY_TIMEOUT_S`
   (a put not answered by then is not acknowledged, and is sent again later);
-- it writes config/delayOffset.json (its only file).
+- it writes config/delayOffset.json and timerqueue/ (the timer wheel's window files and its
+  checkpoint), and nothing else; on a slave nothing at all.
 While the control block's SLAVE word is 1 it delivers nothing; when the word goes to 0 (a
 promotion) it reads the offsets file again, as replicated, and carries on from there.
 Every second it emits a `stats` event: `delay_pending` ({level: entries not delivered}),
-`delay_delivered`, `delay_skipped`, `delay_refused` (counts since the previous event) and
+`timer_pending` (timer messages not delivered), `delay_delivered`, `delay_skipped`,
+`delay_refused` (counts since the previous event, delay levels and timers together) and
 `delivery_latency` (a latency map: ms from due time to acknowledged delivery).
 
 Usage (started by the supervisor): python -m services.scheduler --store ROOT
@@ -27,8 +30,10 @@ import zmq
 
 from core.codec import SCHEDULE_TOPIC
 from core.delay_offsets import DelayOffsetStore
+from core.delay_put import TIMER_TOPIC
 from core.readonly_views import CommitLogView, ConsumeQueueStoreView
 from core.schedule import DelayScheduler
+from core.timer_job import TimerScheduler
 from core.status import PutMessageStatus
 from ipc.control_block import Word
 from ipc.protocol import pack, unpack
@@ -76,23 +81,30 @@ class Scheduler(ServiceLoop):
                                          min_phy=lambda: cb.get(Word.MIN_PHY))
         self.job = DelayScheduler(cfg.delay_levels_ms, DelayOffsetStore(cfg.config_dir),
                                   self._queue_of, self.commitlog.read, self._put_all)
-        self.job.load()
+        self.timers = TimerScheduler(cfg.store_path_root_dir, self._arrivals,
+                                     self.commitlog.read, self._put_all)
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             endpoint = json.load(f)["appender"]
         self.dealer = make_socket(self.ctx, zmq.DEALER)
         self.dealer.connect(endpoint)
         self.rid = 0
         self.slave = bool(cb.get(Word.SLAVE))
+        if not self.slave:                         # a slave reads them once promoted
+            self.job.load()
+            self.timers.load()
         self.wait_ms = 0
         self.counted = (0, 0, 0)
         self.next_stats = 0.0
 
     # -- the job's callables -------------------------------------------------------------
-    def _queue_of(self, queue_id: int):
-        cq = self.cqs.find(SCHEDULE_TOPIC, queue_id)
+    def _queue_of(self, queue_id: int, topic: str = SCHEDULE_TOPIC):
+        cq = self.cqs.find(topic, queue_id)
         if cq is not None:
             cq.refresh_max(self.cqs.dispatched())
         return cq
+
+    def _arrivals(self):
+        return self._queue_of(0, TIMER_TOPIC)
 
     def _put_all(self, msgs) -> list:
         """Send every re-put, then wait for their replies; a status per message, None for one
@@ -127,11 +139,12 @@ class Scheduler(ServiceLoop):
             if not slave:                          # promoted: the offsets as replicated
                 log.info("master now: delivering from %s", self.job.offsets.path)
                 self.job.load()
+                self.timers.load()
         if slave:
             return
         self.commitlog.set_min(self.cb.get(Word.MIN_PHY))
         self.commitlog.set_end(self.cb.get(Word.CONFIRM))
-        self.wait_ms = self.job.run_once()
+        self.wait_ms = min(self.job.run_once(), self.timers.run_once())
         self._emit_stats()
 
     def _emit_stats(self) -> None:
@@ -139,19 +152,23 @@ class Scheduler(ServiceLoop):
         if now < self.next_stats:
             return
         self.next_stats = now + 1.0
-        job = self.job
-        counts = (job.delivered, job.skipped, job.refused)
+        job, timers = self.job, self.timers
+        counts = (job.delivered + timers.delivered, job.skipped + timers.skipped,
+                  job.refused + timers.refused)
         delivered, skipped, refused = (a - b for a, b in zip(counts, self.counted))
         self.counted = counts
-        lags, job.lag_ms = job.lag_ms, []
+        lags, job.lag_ms, timers.lag_ms = job.lag_ms + timers.lag_ms, [], []
         fields = {"delay_pending": {str(k): v for k, v in job.pending().items()},
+                  "timer_pending": timers.pending(),
                   "delay_delivered": delivered, "delay_skipped": skipped, "delay_refused": refused}
         if lags:
             fields["delivery_latency"] = lag_histogram(lags)
         self.emit("stats", **fields)
 
     def drain(self) -> None:
-        self.job.offsets.persist()
+        if not self.slave:
+            self.job.offsets.persist()
+            self.timers.persist(force=True)
 
     def close(self) -> None:
         sock = getattr(self, "dealer", None)

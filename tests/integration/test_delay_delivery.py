@@ -119,3 +119,31 @@ def test_whole_tree_killed_while_pending_delivers_all(store):
     bodies = _bodies(s)
     assert set(bodies) == want                        # every one; duplicates allowed
     assert s.stop() == 0
+
+
+def test_timers_across_a_killed_tree(store):
+    s = store().start()
+    t0 = time.time_ns() // 1_000_000
+    due = {}
+    for i in range(30):
+        at = t0 + 500 + (i * 137) % 3500
+        body = b"t%02d" % i
+        reply = s.put("t", body, queue_id=0, properties={"TIMER_DELIVER_MS": str(at),
+                                                         "UNIQ_KEY": "T%d" % i})
+        assert reply["status"] == "PUT_OK", reply
+        due[body] = at
+    wait_for(lambda: len(_bodies(s)) >= 3, timeout=20)
+    tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    s.proc.wait(10)
+    wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
+    s.start()
+    wait_for(lambda: set(due) <= set(_bodies(s)), timeout=30)
+    for m, _ in pull_raw(s, "t", 0):
+        assert m.store_timestamp >= due[m.body]
+        assert "TIMER_DELIVER_MS" not in m.properties and m.properties["UNIQ_KEY"] == "T%s" % int(m.body[1:])
+    assert s.stop() == 0
