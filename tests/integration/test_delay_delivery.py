@@ -147,3 +147,31 @@ def test_timers_across_a_killed_tree(store):
         assert m.store_timestamp >= due[m.body]
         assert "TIMER_DELIVER_MS" not in m.properties and m.properties["UNIQ_KEY"] == "T%s" % int(m.body[1:])
     assert s.stop() == 0
+
+
+def test_status_and_metrics_show_what_is_pending(store):
+    from supervisor.runtime import free_port
+    from tests.integration.supervised import cli
+    port = free_port("127.0.0.1")
+    s = store(message_delay_level="1s 2s 1h").start("--metrics-port", str(port))
+    _put_pending(s, 5, 3, b"h")
+    far = time.time_ns() // 1_000_000 + 3_600_000
+    for i in range(4):
+        reply = s.put("t", b"f%d" % i, queue_id=0, properties={"TIMER_DELIVER_MS": str(far)})
+        assert reply["status"] == "PUT_OK", reply
+
+    def delayed():
+        return s.status().get("delayed", {})
+    wait_for(lambda: delayed().get("levels", {}).get("3") == 5 and delayed().get("timers") == 4,
+             timeout=15)
+    out = cli("status", "--store", s.root)
+    assert out.returncode == 0, out.stderr
+    assert "delayed: 5 pending (level 3: 5); timers 4 pending" in out.stdout, out.stdout
+
+    def scrape() -> str:
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    wait_for(lambda: 'mqstore_delay_pending{level="3"} 5.0' in scrape()
+             and "mqstore_timer_pending 4.0" in scrape(), timeout=15)
+    assert s.stop() == 0
