@@ -55,8 +55,11 @@ class TimerWindows:
         return os.path.join(self.dir, f"{window:020d}")
 
     def load(self, enqueued: int) -> None:
-        """List the windows, delete leftovers, and `repair` each file to what is durable."""
-        self.fileops.make_dirs(self.dir)
+        """List the windows, delete leftovers, and `repair` each file to what is durable. The
+        directory is made with the first window."""
+        self.windows = []
+        if not os.path.isdir(self.dir):
+            return
         self.fileops.remove_leftovers(self.dir)
         self.windows = sorted(int(n) for n in os.listdir(self.dir) if _NAME.fullmatch(n))
         for window in list(self.windows):
@@ -81,6 +84,8 @@ class TimerWindows:
 
     def append(self, window: int, entries: np.ndarray) -> None:
         path = self.path(window)
+        if not self.windows:
+            self.fileops.make_dirs(self.dir)
         if self.fileops.append_file(path, entries.astype(ENTRY_DTYPE, copy=False).tobytes()):
             self._created = True
             i = bisect.bisect_left(self.windows, window)
