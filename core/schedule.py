@@ -37,6 +37,7 @@ import logging
 import time
 
 from core.codec import SCHEDULE_TOPIC
+from core.consume_queue import ENTRY
 from core.decode import decode_message
 from core.delay_put import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, level_of
 from core.message import PROPERTY_DELAY, Message
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 REPUT_BATCH = 256          # entries of one level re-put per pass
 IDLE_MS = 100              # the longest wait between passes: new entries may have arrived
 RETRY_MS = 1000            # a level whose re-put was refused tries again after this
+PERSIST_MS = 100           # the offsets file is written at most this often (and at stop)
 S = PutMessageStatus
 ACKED = frozenset((S.PUT_OK, S.SLAVE_NOT_AVAILABLE, S.FLUSH_SLAVE_TIMEOUT))
 
@@ -85,6 +87,7 @@ class DelayScheduler:
         self.skipped = 0
         self.refused = 0
         self.lag_ms: list[int] = []      # delivery time minus due time, for who takes them
+        self._persisted_at = 0
 
     def load(self) -> None:
         self.offsets.load()
@@ -95,7 +98,12 @@ class DelayScheduler:
         wait = IDLE_MS
         for level in range(1, len(self.levels_ms) + 1):
             wait = min(wait, self._level(level, now))
-        self.offsets.persist()
+        if self.offsets.dirty:
+            if now - self._persisted_at >= PERSIST_MS:
+                self.offsets.persist()
+                self._persisted_at = now
+            else:
+                wait = min(wait, PERSIST_MS)        # wake to write it
         return max(0, wait)
 
     def pending(self) -> dict[int, int]:
@@ -128,7 +136,7 @@ class DelayScheduler:
         if done < k:                                  # refused: this level waits
             self.retry_at[level] = now + RETRY_MS
             return RETRY_MS
-        return 0 if len(items) == REPUT_BATCH else wait
+        return 0 if k < hi and wait == IDLE_MS and items else wait
 
     def _due(self, cq, level: int, start: int, hi: int, now: int):
         """(items, wait, end): the due entries from `start` as (offset, delivery or None, due
@@ -137,11 +145,8 @@ class DelayScheduler:
         items = []
         wait = IDLE_MS
         k = start
-        while k < hi and len(items) < REPUT_BATCH:
-            entry = cq.get_entry(k)
-            if entry is None:
-                break
-            phys, size, _ = entry
+        raw_entries = cq.get_entries(start, min(REPUT_BATCH, hi - start)) if start < hi else None
+        for phys, size, _ in ENTRY.iter_unpack(raw_entries or b""):
             raw = self.read(phys, size) if size > 0 else None
             delivery = due = None
             if raw is not None:
