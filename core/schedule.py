@@ -27,8 +27,9 @@ Acknowledged means stored as durably as the store's own policy asks (`ACKED`: PU
 SYNC_MASTER also SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT, whose record is stored and
 flushed locally); FLUSH_DISK_TIMEOUT and every refusal are not.
 
-An entry whose record is gone (retention) or is not a delay record (no REAL_TOPIC) is skipped
-and counted (`skipped`); an offset outside its queue (a queue truncated by recovery, files
+An entry whose record is gone (retention) or is not a delay record (no REAL_TOPIC), or whose
+re-put is refused for good (`NEVER`: MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED), is skipped,
+logged and counted (`skipped`); an offset outside its queue (a queue truncated by recovery, files
 removed by retention) is moved inside it, as RocketMQ's correctDelayOffset does.
 """
 from __future__ import annotations
@@ -50,6 +51,9 @@ RETRY_MS = 1000            # a level whose re-put was refused tries again after 
 PERSIST_MS = 100           # the offsets file is written at most this often (and at stop)
 S = PutMessageStatus
 ACKED = frozenset((S.PUT_OK, S.SLAVE_NOT_AVAILABLE, S.FLUSH_SLAVE_TIMEOUT))
+# Answers that no retry can change (the real topic's queue is gone, the message cannot be
+# stored there): the entry is skipped and counted, so that it does not hold its level forever.
+NEVER = frozenset((S.MESSAGE_ILLEGAL, S.PROPERTIES_SIZE_EXCEEDED))
 
 
 def now_ms() -> int:
@@ -176,13 +180,18 @@ class DelayScheduler:
                             level, k, SCHEDULE_TOPIC)
             else:
                 status = next(statuses, None)
-                if status not in ACKED:
+                if status in NEVER:
+                    self.skipped += 1
+                    log.error("delay level %d: re-put of entry %d to %s-%d answered %s; skipped",
+                              level, k, delivery.topic, delivery.queue_id, status.name)
+                elif status not in ACKED:
                     self.refused += 1
                     log.warning("delay level %d: re-put of entry %d answered %s; tried again in "
                                 "%d ms", level, k, getattr(status, "name", status), RETRY_MS)
                     return done
-                self.delivered += 1
-                if len(self.lag_ms) < 100_000:
-                    self.lag_ms.append(acked_at - due)
+                else:
+                    self.delivered += 1
+                    if len(self.lag_ms) < 100_000:
+                        self.lag_ms.append(acked_at - due)
             done = k + 1
         return done

@@ -38,7 +38,7 @@ from core.decode import decode_message
 from core.delay_put import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, level_of
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.message import PROPERTY_DELAY
-from core.schedule import ACKED, IDLE_MS, RETRY_MS, delivery_of, now_ms
+from core.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, delivery_of, now_ms
 from core.timer_wheel import ENTRY_DTYPE, WINDOW_MS, TimerWindows, window_of
 
 log = logging.getLogger(__name__)
@@ -243,9 +243,13 @@ class TimerScheduler:
         statuses = iter(self.put_all(msgs) if msgs else ())
         acked_at = self.clock()
         for i, msg in enumerate(items):
-            if msg is None:
+            status = next(statuses, None) if msg is not None else None
+            if msg is None or status in NEVER:
                 self.skipped += 1
-            elif next(statuses, None) not in ACKED:
+                if msg is not None:
+                    log.error("timer re-put to %s-%d answered %s; skipped", msg.topic,
+                              msg.queue_id, status.name)
+            elif status not in ACKED:
                 self.refused += 1
                 self.retry_at = acked_at + RETRY_MS
                 log.warning("timer re-put refused; tried again in %d ms", RETRY_MS)

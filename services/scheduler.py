@@ -36,13 +36,16 @@ from core.schedule import DelayScheduler
 from core.timer_job import TimerScheduler
 from core.status import PutMessageStatus
 from ipc.control_block import Word
-from ipc.protocol import pack, unpack
+from ipc.protocol import ErrorCode, pack, unpack
 from ipc.sockets import make_socket
 from services.append_waiters import BUCKETS_MS, SUM_KEY
 from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.scheduler")
 REPLY_TIMEOUT_S = 5.0
+# Error replies no retry changes (a queue id beyond the real topic's queues, a bad topic):
+# taken as MESSAGE_ILLEGAL, which the jobs skip (core.schedule.NEVER).
+PERMANENT_ERRORS = (int(ErrorCode.BAD_FIELD), int(ErrorCode.BAD_TOPIC))
 SLAVE_POLL_MS = 200
 
 
@@ -124,8 +127,9 @@ class Scheduler(ServiceLoop):
             if isinstance(rid, int) and first <= rid <= self.rid:
                 try:
                     statuses[rid] = PutMessageStatus(reply.get("status"))
-                except ValueError:
-                    statuses[rid] = None            # an error reply: not stored
+                except ValueError:                  # an error reply: not stored
+                    statuses[rid] = (PutMessageStatus.MESSAGE_ILLEGAL
+                                     if reply.get("code") in PERMANENT_ERRORS else None)
         return [statuses.get(first + i) for i in range(len(msgs))]
 
     # -- the loop ------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_levels_delivered_on_time_with_their_fields(store):
     reader = s.call("hello")[0]["reader"]
     reply, _ = s.call("query_by_key", endpoint=reader, topic="orders", key="UK21")
     assert reply["status"] == "OK" and len(reply["messages"]) >= 1, reply
-    wait_for(lambda: json.load(open(s.path("config", "delayOffset.json")))["offsetTable"]
+    assert wait_for(lambda: json.load(open(s.path("config", "delayOffset.json")))["offsetTable"]
              == {"1": 4, "2": 4, "3": 4}, timeout=10)
     assert s.stop() == 0
 
@@ -92,11 +92,11 @@ def test_scheduler_killed_while_pending_delivers_all(store):
     _put_pending(s, 20, 2, b"a")
     victim = s.service("scheduler")["pid"]
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: pid_gone(victim), timeout=10)
+    assert wait_for(lambda: pid_gone(victim), timeout=10)
     _put_pending(s, 20, 1, b"b")
     s.wait_service("scheduler", "RUNNING", timeout=30)
     want = {b"a%d" % i for i in range(20)} | {b"b%d" % i for i in range(20)}
-    wait_for(lambda: want <= set(_bodies(s)), timeout=20)
+    assert wait_for(lambda: want <= set(_bodies(s)), timeout=20)
     assert s.stop() == 0
 
 
@@ -104,7 +104,7 @@ def test_whole_tree_killed_while_pending_delivers_all(store):
     s = store(message_delay_level=LEVELS).start()
     _put_pending(s, 30, 3, b"c")
     _put_pending(s, 30, 1, b"d")
-    wait_for(lambda: len(_bodies(s)) >= 10, timeout=20)       # some delivered, most pending
+    assert wait_for(lambda: len(_bodies(s)) >= 10, timeout=20)       # some delivered, most pending
     tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
     for pid in tree:
         try:
@@ -112,10 +112,10 @@ def test_whole_tree_killed_while_pending_delivers_all(store):
         except ProcessLookupError:
             pass
     s.proc.wait(10)
-    wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
+    assert wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
     s.start()
     want = {b"c%d" % i for i in range(30)} | {b"d%d" % i for i in range(30)}
-    wait_for(lambda: want <= set(_bodies(s)), timeout=30)
+    assert wait_for(lambda: want <= set(_bodies(s)), timeout=30)
     bodies = _bodies(s)
     assert set(bodies) == want                        # every one; duplicates allowed
     assert s.stop() == 0
@@ -132,7 +132,7 @@ def test_timers_across_a_killed_tree(store):
                                                          "UNIQ_KEY": "T%d" % i})
         assert reply["status"] == "PUT_OK", reply
         due[body] = at
-    wait_for(lambda: len(_bodies(s)) >= 3, timeout=20)
+    assert wait_for(lambda: len(_bodies(s)) >= 3, timeout=20)
     tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
     for pid in tree:
         try:
@@ -140,9 +140,9 @@ def test_timers_across_a_killed_tree(store):
         except ProcessLookupError:
             pass
     s.proc.wait(10)
-    wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
+    assert wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
     s.start()
-    wait_for(lambda: set(due) <= set(_bodies(s)), timeout=30)
+    assert wait_for(lambda: set(due) <= set(_bodies(s)), timeout=30)
     for m, _ in pull_raw(s, "t", 0):
         assert m.store_timestamp >= due[m.body]
         assert "TIMER_DELIVER_MS" not in m.properties and m.properties["UNIQ_KEY"] == "T%s" % int(m.body[1:])
@@ -162,7 +162,7 @@ def test_status_and_metrics_show_what_is_pending(store):
 
     def delayed():
         return s.status().get("delayed", {})
-    wait_for(lambda: delayed().get("levels", {}).get("3") == 5 and delayed().get("timers") == 4,
+    assert wait_for(lambda: delayed().get("levels", {}).get("3") == 5 and delayed().get("timers") == 4,
              timeout=15)
     out = cli("status", "--store", s.root)
     assert out.returncode == 0, out.stderr
@@ -172,6 +172,21 @@ def test_status_and_metrics_show_what_is_pending(store):
         import urllib.request
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             return r.read().decode()
-    wait_for(lambda: 'mqstore_delay_pending{level="3"} 5.0' in scrape()
+    assert wait_for(lambda: 'mqstore_delay_pending{level="3"} 5.0' in scrape()
              and "mqstore_timer_pending 4.0" in scrape(), timeout=15)
+    assert s.stop() == 0
+
+
+def test_a_delivery_refused_for_good_does_not_hold_its_level(store):
+    s = store(message_delay_level="2s").start()
+    hello = s.call("hello")[0]
+    for q in (3, 0):
+        reply = s.put("shrunk", b"q%d" % q, queue_id=q, properties={"DELAY": "1"})
+        assert reply["status"] == "PUT_OK", reply
+    reply, _ = s.call("create_topic", endpoint=hello["appender"], topic="shrunk", queues=2)
+    assert reply["status"] == "OK", reply
+    assert wait_for(lambda: [m.body for m, _ in pull_raw(s, "shrunk", 0)] == [b"q0"], timeout=15)
+    assert pull_raw(s, "shrunk", 3) == []
+    assert wait_for(lambda: json.load(open(s.path("config", "delayOffset.json")))["offsetTable"]
+             == {"1": 2}, timeout=10)
     assert s.stop() == 0
