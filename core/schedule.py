@@ -45,6 +45,7 @@ from core.message import PROPERTY_DELAY, Message
 from core.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
+PROPERTY_CRC32 = "__CRC32#"   # RocketMQ 5.2's whole-record CRC property (DESIGN.md section 7)
 REPUT_BATCH = 256          # entries of one level re-put per pass
 IDLE_MS = 100              # the longest wait between passes: new entries may have arrived
 RETRY_MS = 1000            # a level whose re-put was refused tries again after this
@@ -69,6 +70,7 @@ def delivery_of(ext) -> Message | None:
     if not topic or queue_id is None or queue_id < 0:
         return None
     props.pop(PROPERTY_DELAY, None)
+    props.pop(PROPERTY_CRC32, None)          # the stored record's own CRC: the copy gets its own
     return Message(topic, bytes(ext.body), queue_id, ext.flag, ext.tags, ext.keys, props,
                    ext.born_timestamp, ext.born_host, ext.store_host, ext.sys_flag,
                    ext.reconsume_times)
