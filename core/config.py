@@ -204,7 +204,9 @@ class StoreConfig:
     page_cache_window_commitlog: int = 0          # bytes; core/cache_window.py (0: the kernel's)
     listen_port: int = 10911
     # Delayed delivery (core/delay_put.py, core/schedule.py): RocketMQ's messageDelayLevel,
-    # one delay per level 1, 2, ... (units s, m, h, d); RocketMQ 5's timer limits.
+    # one delay per level 1, 2, ... (units s, m, h, d); RocketMQ 5's timer limits. The timer
+    # job delivers at the asked ms, inside timer_precision_ms (RocketMQ's granularity, which
+    # it accepts and does not need to round to).
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
     timer_precision_ms: int = 1000
