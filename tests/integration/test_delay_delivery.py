@@ -188,3 +188,30 @@ def test_a_delivery_refused_for_good_does_not_hold_its_level(store):
     assert wait_for(lambda: json.load(open(s.path("config", "delayOffset.json")))["offsetTable"]
              == {"1": 2}, timeout=10)
     assert s.stop() == 0
+
+
+def test_producer_and_cli_send_delayed_messages(store):
+    import datetime
+
+    from ipc import Producer
+    from tests.integration.supervised import cli
+    s = store(message_delay_level="1s 2s").start()
+    t0 = time.time()
+    with Producer(s.address) as p:
+        r = p.send("t", b"level", queue_id=0, delay_level=2)
+        assert r.ok and r.queue_id == 1 and r.queue_offset == 0          # its schedule queue
+        at = datetime.datetime.fromtimestamp(t0 + 1.5, tz=datetime.timezone.utc)
+        assert p.send("t", b"at", queue_id=0, deliver_at=at).ok
+        assert p.send_async("t", b"ms", queue_id=0, delay_ms=700).result(10).ok
+    out = cli("produce", "--store", s.root, "--topic", "t", "--queue", "0", "--body", "cli-level",
+              "--delay-level", "1")
+    assert out.returncode == 0, out.stderr
+    out = cli("produce", "--store", s.root, "--topic", "t", "--queue", "0", "--body", "cli-delay",
+              "--delay", "1200ms")
+    assert out.returncode == 0, out.stderr
+    want = {b"level", b"at", b"ms", b"cli-level", b"cli-delay"}
+    assert wait_for(lambda: set(_bodies(s)) == want, timeout=15), _bodies(s)
+    got = {m.body: m for m, _ in pull_raw(s, "t", 0)}
+    assert got[b"at"].store_timestamp >= int((t0 + 1.5) * 1000)
+    assert got[b"level"].properties["REAL_QID"] == "0"
+    assert s.stop() == 0
