@@ -157,3 +157,13 @@ def test_slave_does_not_deliver(tiny_config, open_store):
     store.shutdown()
     slave = open_store(cfg.replace(broker_role="SLAVE"))
     assert slave.schedule_service is None
+
+
+def test_sync_flush_deliveries_are_flushed_once_per_batch(tiny_config, open_store):
+    store = open_store(tiny_config(message_delay_level="1s", flush_disk_type="SYNC_FLUSH"))
+    for i in range(40):
+        assert store.put_message(Message("t", b"s%d" % i, properties={"DELAY": "1"})).ok
+    got, _ = _pull_all(store, "t", 0, 40)
+    assert [m.body for m in got] == [b"s%d" % i for i in range(40)]
+    assert all(m.properties["WAIT"] == "false" for m in got)       # as RocketMQ delivers them
+    assert store.commitlog.queue.flushed_where >= got[-1].commit_log_offset + got[-1].store_size
