@@ -78,7 +78,8 @@ class TimerScheduler:
         self._todo = None            # the current window's entries not done, sorted
         self._pos = 0                # how many of them are delivered
         self._late = 0               # how many of them were taken in before `below` moved
-        self._stale = True           # the current window's file grew since it was read
+        self._stale = True           # the current window is to be read from its file
+        self._fresh: list = []       # entries appended to the loaded current window since
         self._saved = None
         self._saved_at = 0
         self.retry_at = 0
@@ -174,9 +175,10 @@ class TimerScheduler:
         if self.window is not None:
             windows = np.maximum(windows, self.window)
         for window in np.unique(windows).tolist():
-            self.wheel.append(window, out[windows == window])
-            if window == self.window:
-                self._stale = True
+            entries = out[windows == window]
+            self.wheel.append(window, entries)
+            if window == self.window and not self._stale:
+                self._fresh.append(entries)           # merged into the loaded window: _deliver
         self.enqueued += len(cq_entries)
         return self.enqueued < hi
 
@@ -200,6 +202,8 @@ class TimerScheduler:
             self._stale = True
         if self._stale:
             self._read_window()
+        elif self._fresh:
+            self._merge_fresh()
         todo = self._todo
         end = self._pos
         while end < len(todo) and end - self._pos < DELIVER_BATCH and int(todo["deliver"][end]) <= now:
@@ -213,18 +217,32 @@ class TimerScheduler:
         if now >= self.window + WINDOW_MS:                   # finished: the next window
             nxt = self.wheel.next_after(self.window)
             self.window = nxt if nxt is not None else window_of(now)
-            self.cursor, self.below, self._stale = (-1, -1), self.enqueued, True
+            self.cursor, self.below, self._stale, self._fresh = (-1, -1), self.enqueued, True, []
             return 0
         return min(IDLE_MS, self.window + WINDOW_MS - now)
 
     def _read_window(self) -> None:
+        """The current window's entries not done yet, from its file."""
         entries = self.wheel.read(self.window)
         deliver, arrival = entries["deliver"].astype(np.int64), entries["arrival"].astype(np.int64)
         cd, ca = self.cursor
         done = ((deliver < cd) | ((deliver == cd) & (arrival <= ca))) & (arrival < self.below)
-        todo = entries[~done]
+        self._fresh = []
+        self._set_todo(entries[~done])
+
+    def _merge_fresh(self) -> None:
+        """The entries appended to the current window since it was read, merged into what is
+        left of it (without reading the file again)."""
+        rest = np.concatenate([self._todo[self._pos:], *self._fresh])
+        self._fresh = []
+        self._set_todo(rest)
+
+    def _set_todo(self, todo: np.ndarray) -> None:
+        """`todo` (entries not done) sorted by (delivery time, arrival); how many of them are
+        at or below the cursor (taken in late: `below` moves on once they are delivered)."""
         todo = todo[np.lexsort((todo["arrival"], todo["deliver"]))]
         t_deliver, t_arrival = todo["deliver"].astype(np.int64), todo["arrival"].astype(np.int64)
+        cd, ca = self.cursor
         self._late = int(np.count_nonzero((t_deliver < cd) | ((t_deliver == cd) & (t_arrival <= ca))))
         self._todo, self._pos, self._stale = todo, 0, False
         self._below_next = self.enqueued
