@@ -32,7 +32,7 @@ import copy
 import time
 
 from core.codec import SCHEDULE_TOPIC
-from core.message import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
+from core.message import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED, Message
 from core.status import PutMessageStatus
 
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
@@ -42,7 +42,8 @@ PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 # The timer properties a producer sets, in the order they are looked at, and their unit in ms
 # (None: an absolute time).
 TIMER_PROPERTIES = (("TIMER_DELIVER_MS", None), ("TIMER_DELAY_SEC", 1000), ("TIMER_DELAY_MS", 1))
-_ASKS = frozenset(("DELAY",) + tuple(name for name, _ in TIMER_PROPERTIES))
+_TIMERS = frozenset(name for name, _ in TIMER_PROPERTIES)
+_ASKS = _TIMERS | {PROPERTY_DELAY}
 
 
 def delay_rules(config) -> tuple:
@@ -80,8 +81,8 @@ def delayed_put(msg, rules: tuple):
             or (msg.sys_flag & SYSFLAG_TRANSACTION_MASK) in SYSFLAG_TRANSACTION_UNQUEUED:
         return msg
     levels_ms, timer_max_ms = rules
-    now = time.time_ns() // 1_000_000
-    deliver = timer_deliver_ms(props, now)
+    now = time.time_ns() // 1_000_000 if not _TIMERS.isdisjoint(props) else 0
+    deliver = timer_deliver_ms(props, now) if now else None
     if deliver is not None:
         if deliver < 0 or deliver - now > timer_max_ms:
             return PutMessageStatus.MESSAGE_ILLEGAL
@@ -101,9 +102,12 @@ def delayed_put(msg, rules: tuple):
 
 def _addressed(msg, topic: str, queue_id: int, extra: dict):
     """A copy of `msg` in `topic`/`queue_id`, its own topic and queue in REAL_TOPIC/REAL_QID."""
+    props = {**msg.properties, **extra, PROPERTY_REAL_TOPIC: msg.topic,
+             PROPERTY_REAL_QID: str(msg.queue_id)}
+    if msg.__class__ is Message:                   # the usual: no copy protocol to go through
+        return Message(topic, msg.body, queue_id, msg.flag, msg.tags, msg.keys, props,
+                       msg.born_timestamp, msg.born_host, msg.store_host, msg.sys_flag,
+                       msg.reconsume_times, msg.prepared_transaction_offset)
     out = copy.copy(msg)
-    out.properties = {**msg.properties, **extra, PROPERTY_REAL_TOPIC: msg.topic,
-                      PROPERTY_REAL_QID: str(msg.queue_id)}
-    out.topic = topic
-    out.queue_id = queue_id
+    out.properties, out.topic, out.queue_id = props, topic, queue_id
     return out

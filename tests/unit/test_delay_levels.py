@@ -167,3 +167,18 @@ def test_sync_flush_deliveries_are_flushed_once_per_batch(tiny_config, open_stor
     assert [m.body for m in got] == [b"s%d" % i for i in range(40)]
     assert all(m.properties["WAIT"] == "false" for m in got)       # as RocketMQ delivers them
     assert store.commitlog.queue.flushed_where >= got[-1].commit_log_offset + got[-1].store_size
+
+
+def test_rocketmq_fastjson_offsets_file_is_read(tmp_path):
+    from core.delay_offsets import DelayOffsetStore
+    d = tmp_path / "config"
+    d.mkdir()
+    (d / "delayOffset.json").write_text('{\n\t"offsetTable":{1:3,2:0,18:12}\n}')
+    store = DelayOffsetStore(str(d))
+    assert store.load() == {1: 3, 2: 0, 18: 12} and store.found and not store.dirty
+    store.set(2, 5)
+    store.persist()
+    assert json.load(open(d / "delayOffset.json")) == {"offsetTable": {"1": 3, "2": 5, "18": 12}}
+    (d / "delayOffset.json").write_text('{"offsetTable":{"1":-4}}')
+    assert DelayOffsetStore(str(d)).load() == {}                  # refused: as missing
+    assert (d / "delayOffset.json.corrupt").exists()
