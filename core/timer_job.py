@@ -142,7 +142,8 @@ class TimerScheduler:
                 in_file = os.path.getsize(self.wheel.path(self.window)) // ENTRY_DTYPE.itemsize
             except FileNotFoundError:
                 in_file = 0
-            done = max(0, in_file - len(self._todo) + self._pos)
+            loaded = len(self._todo) + sum(map(len, self._fresh))
+            done = max(0, in_file - loaded + self._pos)
         return waiting + max(0, self.wheel.entry_count() - done)
 
     def _take_in(self) -> bool:
