@@ -25,7 +25,7 @@ from core.least_pages import LeastPages
 from core.message import PROPERTY_WAIT
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
 from core.delay_put import TIMER_TOPIC
-from core.schedule import DelayScheduler
+from core.schedule import DelayScheduler, batch_runs
 from core.status import PutMessageStatus
 from core.timer_job import TimerScheduler
 
@@ -319,18 +319,23 @@ class ScheduleService(ServiceThread):
         self._wait_ms = 0
 
     def _put_all(self, msgs) -> list:
-        """Re-put a batch. Under SYNC_FLUSH each copy is put with WAIT false (the property, as
-        RocketMQ's scheduler sets it on what it delivers) and the batch waits for one flush
-        past its last record: one fsync for the batch, not one per message in turn."""
+        """Re-put a batch: each run of `batch_runs` as one `put_messages`, one by one when
+        that is refused. Under SYNC_FLUSH each copy is put with WAIT false (the property, as
+        RocketMQ's scheduler sets it on what it delivers) and the whole waits for one flush
+        past its last record: one fsync, not one per message in turn."""
         store = self.store
-        if not store.config.is_sync_flush:
-            return [store.put_message(m).status for m in msgs]
+        sync = store.config.is_sync_flush
+        if sync:
+            for m in msgs:
+                m.properties[PROPERTY_WAIT] = "false"
         results = []
-        for m in msgs:
-            m.properties[PROPERTY_WAIT] = "false"
-            results.append(store.put_message(m))
+        for start, end in batch_runs(msgs, store.commitlog.max_message_size):
+            run = msgs[start:end]
+            r = store.put_messages(run) if len(run) > 1 else None
+            results += [r] * len(run) if r is not None and r.ok else list(map(store.put_message, run))
         stored = [r.append_result.next_offset for r in results if r.append_result is not None]
-        if stored and not store.flush_service.wait_flushed(max(stored), store.config.sync_flush_timeout):
+        if sync and stored and not store.flush_service.wait_flushed(max(stored),
+                                                                      store.config.sync_flush_timeout):
             return [S_FLUSH_DISK_TIMEOUT if r.ok else r.status for r in results]
         return [r.status for r in results]
 

@@ -41,7 +41,7 @@ from core.codec import SCHEDULE_TOPIC
 from core.consume_queue import ENTRY
 from core.decode import decode_message
 from core.delay_put import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, level_of
-from core.message import PROPERTY_DELAY, Message
+from core.message import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK, Message
 from core.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,29 @@ NEVER = frozenset((S.MESSAGE_ILLEGAL, S.PROPERTIES_SIZE_EXCEEDED))
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def batch_runs(msgs: list, max_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of `msgs` that can go as one batch put: consecutive messages of one
+    topic, queue and born host, no transaction, bodies within `max_bytes`. A host re-puts each
+    range of two or more as one batch (one lock, one reply) and, should the batch be refused,
+    its messages one by one, so that a message the store refuses holds up no other."""
+    runs = []
+    start, size = 0, 0
+    for i, m in enumerate(msgs):
+        first = msgs[start]
+        if i > start and (m.topic != first.topic or m.queue_id != first.queue_id
+                          or m.born_host != first.born_host or size + len(m.body) > max_bytes
+                          or m.sys_flag & SYSFLAG_TRANSACTION_MASK):
+            runs.append((start, i))
+            start, size = i, 0
+        size += len(m.body)
+        if m.sys_flag & SYSFLAG_TRANSACTION_MASK:      # never batched (RocketMQ's batch rule)
+            runs.append((start, i + 1))
+            start, size = i + 1, 0
+    if start < len(msgs):
+        runs.append((start, len(msgs)))
+    return runs
 
 
 def delivery_of(ext) -> Message | None:

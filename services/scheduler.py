@@ -4,10 +4,11 @@ It hosts core.schedule.DelayScheduler (delay levels) and core.timer_job.TimerSch
 messages), the jobs the embedded store runs in its schedule thread. Around them:
 - read-only views of the CommitLog (up to CONFIRM) and of the schedule queues (entries of
   records below DISPATCHED), as the reader has them;
-- a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` request
-  as any client sends (docs/PROTOCOL.md), so it is flushed, replicated and dispatched as any
-  put; a batch's requests are sent together and their replies awaited for `REPLY_TIMEOUT_S`
-  (a put not answered by then is not acknowledged, and is sent again later);
+- a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` (a run of
+  messages for one queue a `put_batch`) as any client sends it (docs/PROTOCOL.md), so it is
+  flushed, replicated and dispatched as any put; a pass's requests are sent together and their
+  replies awaited for `REPLY_TIMEOUT_S` (a put not answered by then is not acknowledged, and is
+  sent again later);
 - it writes config/delayOffset.json and timerqueue/ (the timer wheel's window files and its
   checkpoint), and nothing else; on a slave nothing at all.
 While the control block's SLAVE word is 1 it delivers nothing; when the word goes to 0 (a
@@ -32,7 +33,7 @@ from core.codec import SCHEDULE_TOPIC
 from core.delay_offsets import DelayOffsetStore
 from core.delay_put import TIMER_TOPIC
 from core.readonly_views import CommitLogView, ConsumeQueueStoreView
-from core.schedule import DelayScheduler
+from core.schedule import ACKED, DelayScheduler, batch_runs
 from core.timer_job import TimerScheduler
 from core.status import PutMessageStatus
 from ipc.control_block import Word
@@ -49,14 +50,27 @@ PERMANENT_ERRORS = (int(ErrorCode.BAD_FIELD), int(ErrorCode.BAD_TOPIC))
 SLAVE_POLL_MS = 200
 
 
-def wire_put(msg, rid: int) -> list:
-    """The `put` request frames of a Message (docs/PROTOCOL.md)."""
-    host = msg.born_host
-    born = f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
-    env = {"op": "put", "rid": rid, "topic": msg.topic, "queue_id": msg.queue_id,
-           "flag": msg.flag, "tags": msg.tags, "keys": msg.keys, "properties": msg.properties,
-           "born_timestamp": msg.born_timestamp, "born_host": born}
-    return [pack(env), msg.body]
+def _host_text(host: tuple) -> str:
+    return f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
+
+
+def _fields(msg) -> dict:
+    return {"flag": msg.flag, "tags": msg.tags, "keys": msg.keys, "properties": msg.properties,
+            "born_timestamp": msg.born_timestamp}
+
+
+def wire_put(msgs: list, rid: int) -> list:
+    """The request frames (docs/PROTOCOL.md) of one message (`put`) or of a run of messages of
+    one topic, queue and born host (`put_batch`, each message's fields in `messages`)."""
+    first = msgs[0]
+    env = {"rid": rid, "topic": first.topic, "queue_id": first.queue_id,
+           "born_host": _host_text(first.born_host)}
+    if len(msgs) == 1:
+        env.update(op="put", **_fields(first))
+        return [pack(env), first.body]
+    env.update(op="put_batch", sizes=[len(m.body) for m in msgs],
+               messages=[_fields(m) for m in msgs], id_format="offsets")
+    return [pack(env), b"".join(m.body for m in msgs)]
 
 
 def lag_histogram(lags: list) -> dict:
@@ -110,15 +124,30 @@ class Scheduler(ServiceLoop):
         return self._queue_of(0, TIMER_TOPIC)
 
     def _put_all(self, msgs) -> list:
-        """Send every re-put, then wait for their replies; a status per message, None for one
-        not answered in time."""
+        """Re-put `msgs`, each run of core.schedule.batch_runs as one `put_batch`, and wait
+        for the replies; the messages of a batch that is refused are sent again one by one. A
+        status per message, None for one not answered in time."""
+        runs = batch_runs(msgs, self.config.max_message_size)
+        answers = self._send_runs([msgs[a:b] for a, b in runs])
+        statuses: list = []
+        retry = []
+        for (a, b), status in zip(runs, answers):
+            if b - a > 1 and status is not None and status not in ACKED:
+                retry.append((len(statuses), a, b))
+            statuses += [status] * (b - a)
+        for at, a, b in retry:
+            statuses[at:at + b - a] = self._send_runs([[m] for m in msgs[a:b]])
+        return statuses
+
+    def _send_runs(self, runs: list) -> list:
+        """Send one request per run, then wait for every reply; a status per run."""
         first = self.rid + 1
-        for msg in msgs:
+        for run in runs:
             self.rid += 1
-            self.dealer.send_multipart(wire_put(msg, self.rid), copy=False)
+            self.dealer.send_multipart(wire_put(run, self.rid), copy=False)
         statuses: dict = {}
         deadline = time.monotonic() + REPLY_TIMEOUT_S
-        while len(statuses) < len(msgs):
+        while len(statuses) < len(runs):
             left = deadline - time.monotonic()
             if left <= 0 or self.stopped or not self.dealer.poll(int(left * 1000) + 1):
                 break
@@ -130,7 +159,7 @@ class Scheduler(ServiceLoop):
                 except ValueError:                  # an error reply: not stored
                     statuses[rid] = (PutMessageStatus.MESSAGE_ILLEGAL
                                      if reply.get("code") in PERMANENT_ERRORS else None)
-        return [statuses.get(first + i) for i in range(len(msgs))]
+        return [statuses.get(first + i) for i in range(len(runs))]
 
     # -- the loop ------------------------------------------------------------------------
     def wait_for_running(self, timeout_ms: float) -> None:
