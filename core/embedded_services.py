@@ -25,7 +25,7 @@ from core.least_pages import LeastPages
 from core.message import PROPERTY_WAIT
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
 from core.delay_put import TIMER_TOPIC
-from core.schedule import DelayScheduler, batch_runs
+from core.schedule import DelayScheduler, batch_groups
 from core.status import PutMessageStatus
 from core.timer_job import TimerScheduler
 
@@ -319,7 +319,7 @@ class ScheduleService(ServiceThread):
         self._wait_ms = 0
 
     def _put_all(self, msgs) -> list:
-        """Re-put a batch: each run of `batch_runs` as one `put_messages`, one by one when
+        """Re-put a batch: each group of `batch_groups` as one `put_messages`, one by one when
         that is refused. Under SYNC_FLUSH each copy is put with WAIT false (the property, as
         RocketMQ's scheduler sets it on what it delivers) and the whole waits for one flush
         past its last record: one fsync, not one per message in turn."""
@@ -328,11 +328,13 @@ class ScheduleService(ServiceThread):
         if sync:
             for m in msgs:
                 m.properties[PROPERTY_WAIT] = "false"
-        results = []
-        for start, end in batch_runs(msgs, store.commitlog.max_message_size):
-            run = msgs[start:end]
+        results = [None] * len(msgs)
+        for group in batch_groups(msgs, store.commitlog.max_message_size):
+            run = [msgs[i] for i in group]
             r = store.put_messages(run) if len(run) > 1 else None
-            results += [r] * len(run) if r is not None and r.ok else list(map(store.put_message, run))
+            for i, one in zip(group, [r] * len(run) if r is not None and r.ok
+                              else map(store.put_message, run)):
+                results[i] = one
         stored = [r.append_result.next_offset for r in results if r.append_result is not None]
         if sync and stored and not store.flush_service.wait_flushed(max(stored),
                                                                       store.config.sync_flush_timeout):

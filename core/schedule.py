@@ -61,27 +61,28 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def batch_runs(msgs: list, max_bytes: int) -> list[tuple[int, int]]:
-    """[start, end) ranges of `msgs` that can go as one batch put: consecutive messages of one
-    topic, queue and born host, no transaction, bodies within `max_bytes`. A host re-puts each
-    range of two or more as one batch (one lock, one reply) and, should the batch be refused,
-    its messages one by one, so that a message the store refuses holds up no other."""
-    runs = []
-    start, size = 0, 0
+def batch_groups(msgs: list, max_bytes: int) -> list[list[int]]:
+    """The indices of `msgs` in groups that can each go as one batch put: messages of one
+    topic, queue and born host, in their order, no transaction, bodies within `max_bytes`;
+    groups in the order of their first message. Each real queue thus gets its messages in
+    their schedule order. A host re-puts each group of two or more as one batch (one lock,
+    one reply) and, should the batch be refused, its messages one by one, so that a message
+    the store refuses holds up no other."""
+    groups: list[list[int]] = []
+    open_groups: dict = {}                  # (topic, queue, host) -> [group, its body bytes]
     for i, m in enumerate(msgs):
-        first = msgs[start]
-        if i > start and (m.topic != first.topic or m.queue_id != first.queue_id
-                          or m.born_host != first.born_host or size + len(m.body) > max_bytes
-                          or m.sys_flag & SYSFLAG_TRANSACTION_MASK):
-            runs.append((start, i))
-            start, size = i, 0
-        size += len(m.body)
+        key = (m.topic, m.queue_id, m.born_host)
         if m.sys_flag & SYSFLAG_TRANSACTION_MASK:      # never batched (RocketMQ's batch rule)
-            runs.append((start, i + 1))
-            start, size = i + 1, 0
-    if start < len(msgs):
-        runs.append((start, len(msgs)))
-    return runs
+            open_groups.pop(key, None)                 # and what follows it in its queue after it
+            groups.append([i])
+            continue
+        found = open_groups.get(key)
+        if found is None or found[1] + len(m.body) > max_bytes:
+            found = open_groups[key] = [[], 0]
+            groups.append(found[0])
+        found[0].append(i)
+        found[1] += len(m.body)
+    return groups
 
 
 def delivery_of(ext) -> Message | None:

@@ -4,8 +4,8 @@ It hosts core.schedule.DelayScheduler (delay levels) and core.timer_job.TimerSch
 messages), the jobs the embedded store runs in its schedule thread. Around them:
 - read-only views of the CommitLog (up to CONFIRM) and of the schedule queues (entries of
   records below DISPATCHED), as the reader has them;
-- a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` (a run of
-  messages for one queue a `put_batch`) as any client sends it (docs/PROTOCOL.md), so it is
+- a DEALER to the appender's endpoint (run/endpoints.json): each re-put is a `put` (the messages
+  for one queue a `put_batch`) as any client sends it (docs/PROTOCOL.md), so it is
   flushed, replicated and dispatched as any put; a pass's requests are sent together and their
   replies awaited for `REPLY_TIMEOUT_S` (a put not answered by then is not acknowledged, and is
   sent again later);
@@ -33,7 +33,7 @@ from core.codec import SCHEDULE_TOPIC
 from core.delay_offsets import DelayOffsetStore
 from core.delay_put import TIMER_TOPIC
 from core.readonly_views import CommitLogView, ConsumeQueueStoreView
-from core.schedule import ACKED, DelayScheduler, batch_runs
+from core.schedule import ACKED, DelayScheduler, batch_groups
 from core.timer_job import TimerScheduler
 from core.status import PutMessageStatus
 from ipc.control_block import Word
@@ -124,19 +124,20 @@ class Scheduler(ServiceLoop):
         return self._queue_of(0, TIMER_TOPIC)
 
     def _put_all(self, msgs) -> list:
-        """Re-put `msgs`, each run of core.schedule.batch_runs as one `put_batch`, and wait
+        """Re-put `msgs`, each group of core.schedule.batch_groups as one `put_batch`, and wait
         for the replies; the messages of a batch that is refused are sent again one by one. A
         status per message, None for one not answered in time."""
-        runs = batch_runs(msgs, self.config.max_message_size)
-        answers = self._send_runs([msgs[a:b] for a, b in runs])
-        statuses: list = []
+        groups = batch_groups(msgs, self.config.max_message_size)
+        answers = self._send_runs([[msgs[i] for i in g] for g in groups])
+        statuses: list = [None] * len(msgs)
         retry = []
-        for (a, b), status in zip(runs, answers):
-            if b - a > 1 and status is not None and status not in ACKED:
-                retry.append((len(statuses), a, b))
-            statuses += [status] * (b - a)
-        for at, a, b in retry:
-            statuses[at:at + b - a] = self._send_runs([[m] for m in msgs[a:b]])
+        for group, status in zip(groups, answers):
+            if len(group) > 1 and status is not None and status not in ACKED:
+                retry += group
+            for i in group:
+                statuses[i] = status
+        for i, status in zip(retry, self._send_runs([[msgs[i]] for i in retry])):
+            statuses[i] = status
         return statuses
 
     def _send_runs(self, runs: list) -> list:

@@ -184,11 +184,11 @@ def test_rocketmq_fastjson_offsets_file_is_read(tmp_path):
     assert (d / "delayOffset.json.corrupt").exists()
 
 
-def test_batch_runs_split_where_a_batch_may_not_go():
-    from core.schedule import batch_runs
+def test_batch_groups_split_where_a_batch_may_not_go():
+    from core.schedule import batch_groups
     m = lambda topic="a", q=0, body=b"x", flag=0, host=("127.0.0.1", 1): Message(  # noqa: E731
         topic, body, q, born_host=host, sys_flag=flag)
-    msgs = [m(), m(), m(q=1), m(q=1, flag=0x8), m(q=1), m("b"), m("b", host=("10.0.0.1", 2)),
+    msgs = [m(), m(q=1), m(), m(q=1, flag=0x8), m(q=1), m("b"), m("b", host=("10.0.0.1", 2)),
             m("b", body=b"y" * 10), m("b", body=b"y" * 10)]
-    assert batch_runs(msgs, 12) == [(0, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9)]
-    assert batch_runs(msgs[:2], 100) == [(0, 2)] and batch_runs([], 10) == []
+    assert batch_groups(msgs, 12) == [[0, 2], [1], [3], [4], [5, 7], [6], [8]]
+    assert batch_groups(msgs[:3], 100) == [[0, 2], [1]] and batch_groups([], 10) == []
