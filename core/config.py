@@ -203,10 +203,8 @@ class StoreConfig:
     max_mapped_files: int = 16
     page_cache_window_commitlog: int = 0          # bytes; core/cache_window.py (0: the kernel's)
     listen_port: int = 10911
-    # Delayed delivery (core/delay_put.py, core/schedule.py): RocketMQ's messageDelayLevel,
-    # one delay per level 1, 2, ... (units s, m, h, d); RocketMQ 5's timer limits. The timer
-    # job delivers at the asked ms, inside timer_precision_ms (RocketMQ's granularity, which
-    # it accepts and does not need to round to).
+    # Delayed delivery (core/delay_put.py): RocketMQ's messageDelayLevel and RocketMQ 5's timer
+    # limits; timers are delivered at their ms, inside timer_precision_ms (not rounded to it).
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
     timer_precision_ms: int = 1000
@@ -410,8 +408,7 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
                               "a unit s, m, h or d, separated by spaces)", "message_delay_level")
         out.append(int(m.group(1)) * _DELAY_UNITS_MS[m.group(2)])
     if not out:
-        raise ConfigError(f"message_delay_level = {text!r}: give at least one delay, such as "
-                          "'1s 5s 10s'", "message_delay_level")
+        raise ConfigError(f"message_delay_level = {text!r}: give at least one delay", "message_delay_level")
     return tuple(out)
 
 
