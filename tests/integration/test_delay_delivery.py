@@ -78,7 +78,9 @@ def test_levels_delivered_on_time_with_their_fields(store):
 
 
 def kill_tree(s) -> None:
-    """SIGKILL the supervisor and every service at once, and wait until all are gone."""
+    """SIGKILL the supervisor and every service at once, wait until all are gone, and remove
+    the control block the dead supervisor leaves in /dev/shm (the next start makes its own)."""
+    control = s.control_name()
     tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
     for pid in tree:
         try:
@@ -87,6 +89,10 @@ def kill_tree(s) -> None:
             pass
     s.proc.wait(10)
     assert wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
+    try:
+        os.unlink(os.path.join("/dev/shm", control))
+    except FileNotFoundError:
+        pass
 
 
 def _put_pending(s, n: int, level: int, prefix: bytes) -> None:
