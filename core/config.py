@@ -52,6 +52,9 @@ FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
                "max_hash_slot_num", "max_index_num", "store_path_commit_log")
 STORE_FORMAT_FILE = "store_format.json"
 _TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_ITEM = re.compile(r"^([0-9]+)([smhd])$")
 _DELETE_WHEN = re.compile(r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$")
 
 
@@ -200,6 +203,11 @@ class StoreConfig:
     max_mapped_files: int = 16
     page_cache_window_commitlog: int = 0          # bytes; core/cache_window.py (0: the kernel's)
     listen_port: int = 10911
+    # Delayed delivery (core/delay_put.py): RocketMQ's messageDelayLevel and RocketMQ 5's timer
+    # limits; timers are delivered at their ms, inside timer_precision_ms (not rounded to it).
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    timer_max_delay_sec: int = 259200
+    timer_precision_ms: int = 1000
 
     def __new__(cls, *args, **kwargs):
         for key in kwargs:                  # the generated __init__ would raise a TypeError
@@ -281,6 +289,7 @@ class StoreConfig:
         if not _DELETE_WHEN.match(self.delete_when):
             raise ConfigError(f"delete_when = {self.delete_when!r}: must be hours 0-23 "
                               "separated by ';', e.g. '04' or '04;16'", "delete_when")
+        parse_delay_levels(self.message_delay_level)
         _parse_host_port("store_host", self.store_host, ip_literal=True)
         if self.ha_master_address:
             _parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
@@ -335,6 +344,11 @@ class StoreConfig:
         return tuple(int(h) for h in self.delete_when.split(";"))
 
     @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """`message_delay_level` in ms: item i is the delay of level i + 1."""
+        return parse_delay_levels(self.message_delay_level)
+
+    @property
     def index_file_size(self) -> int:
         return (INDEX_HEADER_SIZE + INDEX_SLOT_SIZE * self.max_hash_slot_num
                 + INDEX_ENTRY_SIZE * self.max_index_num)
@@ -379,6 +393,23 @@ class StoreConfig:
 
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(StoreConfig)}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """RocketMQ's messageDelayLevel ("1s 5s 10s 30s 1m ... 2h": one delay per level, a whole
+    number and a unit s, m, h or d) as ms per level; ConfigError naming the key otherwise."""
+    items = text.split()
+    out = []
+    for item in items:
+        m = _DELAY_ITEM.match(item)
+        if m is None or int(m.group(1)) == 0:
+            raise ConfigError(f"message_delay_level = {text!r}: {item!r} is not a delay; give "
+                              "delays such as '1s 5s 10s 1m 2h 1d' (a whole number above 0 and "
+                              "a unit s, m, h or d, separated by spaces)", "message_delay_level")
+        out.append(int(m.group(1)) * _DELAY_UNITS_MS[m.group(2)])
+    if not out:
+        raise ConfigError(f"message_delay_level = {text!r}: give at least one delay", "message_delay_level")
+    return tuple(out)
 
 
 def _type_name(tp) -> str:

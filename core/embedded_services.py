@@ -8,6 +8,8 @@ ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drai
 - `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
   queues and index, and writes the checkpoint.
 - `AllocateService`: keeps the next segment created ahead of the appender.
+- `ScheduleService`: delivers delayed messages when due (core.schedule), re-putting them
+  through `MessageStore.put_message`.
 The separate-process services (services/) wrap the same `core` classes.
 """
 from __future__ import annotations
@@ -17,11 +19,19 @@ import os
 import threading
 import time
 
+from core.codec import SCHEDULE_TOPIC
+from core.delay_offsets import DelayOffsetStore
 from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
 from core.least_pages import LeastPages
+from core.message import PROPERTY_WAIT
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+from core.delay_put import TIMER_TOPIC
+from core.schedule import DelayScheduler, batch_groups
+from core.status import PutMessageStatus
+from core.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
+S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
 
 
 class ServiceThread(threading.Thread):
@@ -319,3 +329,57 @@ class AllocateService(ServiceThread):
     def _warm(self, path: str) -> None:
         if not self.fileops.warm_file(path, self.file_size):
             log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
+
+
+class ScheduleService(ServiceThread):
+    """The scheduler jobs (delay levels, core.schedule; timers, core.timer_job) over the
+    store's own consume queues and CommitLog; their re-puts are `put_message` calls, so they
+    are flushed and dispatched as any put."""
+
+    def __init__(self, store):
+        super().__init__("schedule")
+        self.store = store
+        cq_store = store.cq_store
+        self.job = DelayScheduler(store.config.delay_levels_ms,
+                                  DelayOffsetStore(store.config.config_dir, store.fileops),
+                                  lambda queue_id: cq_store.find(SCHEDULE_TOPIC, queue_id),
+                                  store.commitlog.read, self._put_all)
+        self.job.load()
+        self.timers = TimerScheduler(store.config.store_path_root_dir,
+                                     lambda: cq_store.find(TIMER_TOPIC, 0), store.commitlog.read,
+                                     self._put_all, store.fileops)
+        self.timers.load()
+        self._wait_ms = 0
+
+    def _put_all(self, msgs) -> list:
+        """Re-put a batch: each group of `batch_groups` as one `put_messages`, one by one when
+        that is refused. Under SYNC_FLUSH each copy is put with WAIT false (the property, as
+        RocketMQ's scheduler sets it on what it delivers) and the whole waits for one flush
+        past its last record: one fsync, not one per message in turn."""
+        store = self.store
+        sync = store.config.is_sync_flush
+        if sync:
+            for m in msgs:
+                m.properties[PROPERTY_WAIT] = "false"
+        results = [None] * len(msgs)
+        for group in batch_groups(msgs, store.commitlog.max_message_size):
+            run = [msgs[i] for i in group]
+            r = store.put_messages(run) if len(run) > 1 else None
+            for i, one in zip(group, [r] * len(run) if r is not None and r.ok
+                              else map(store.put_message, run)):
+                results[i] = one
+        stored = [r.append_result.next_offset for r in results if r.append_result is not None]
+        if sync and stored and not store.flush_service.wait_flushed(max(stored),
+                                                                      store.config.sync_flush_timeout):
+            return [S_FLUSH_DISK_TIMEOUT if r.ok else r.status for r in results]
+        return [r.status for r in results]
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        super().wait_for_running(self._wait_ms)
+
+    def run_once(self) -> None:
+        self._wait_ms = min(self.job.run_once(), self.timers.run_once())
+
+    def drain(self) -> None:
+        self.job.offsets.persist()
+        self.timers.persist(force=True)

@@ -143,6 +143,33 @@ class FileOps:
         os.rename(tmp, path)
         self.fsync_dir(os.path.dirname(path))
 
+    def append_file(self, path: str, data: bytes) -> bool:
+        """Append `data` to `path` (created if missing, not made durable: `sync_files`); True
+        when the file is new, so that its directory is fsynced too."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            new = os.fstat(fd).st_size == 0
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return new
+
+    def sync_files(self, paths, directory: str | None = None) -> None:
+        """fsync each of `paths` (and `directory`, when files were created in it)."""
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if directory is not None:
+            self.fsync_dir(directory)
+
     def read_file(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()

@@ -168,9 +168,14 @@ def decode_message_id(msg_id: str) -> tuple[tuple, int]:
     return bytes_to_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]
 
 
+_TIMER_PROPERTY_NAMES = frozenset(("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"))
+
+
 def has_delay_level(props) -> bool:
-    """Whether properties ask for a delay level above 0, which a batch may not (RocketMQ:
-    MESSAGE_ILLEGAL); a DELAY that is not a number is refused as well."""
+    """Whether properties ask for a delay level above 0 or a timer, which a batch may not
+    (RocketMQ: MESSAGE_ILLEGAL); a DELAY that is not a number is refused as well."""
+    if props and not _TIMER_PROPERTY_NAMES.isdisjoint(props):
+        return True
     level = props.get(PROPERTY_DELAY) if props else None
     if level is None:
         return False

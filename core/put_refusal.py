@@ -43,7 +43,7 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
 
 def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | None:
     if batch and has_delay_level(msg.properties):
-        return "a batch takes no delay level (property DELAY), as RocketMQ's"
+        return "a batch takes no delay level (property DELAY) and no timer, as RocketMQ's"
     if batch and msg.sys_flag & SYSFLAG_TRANSACTION_MASK:
         return "a batch takes no transaction message, as RocketMQ's"
     if len(body) > max_message_size:
@@ -55,6 +55,9 @@ def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | N
     size = _properties_bytes(msg, uniq_key)
     if size is not None and size > MAX_PROPERTIES_BYTES:
         return f"the properties are {size} bytes, over {MAX_PROPERTIES_BYTES}"
+    if not batch and has_delay_level(msg.properties):
+        return ("a timer (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) must be an integer "
+                "and at most timer_max_delay_sec ahead; a delay level (DELAY) an integer")
     return None
 
 

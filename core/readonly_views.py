@@ -49,7 +49,7 @@ class ReadOnlyFileOps(FileOps):
         return Mapping(path, size, writable=False)
 
     create_file = write_file_atomic = unlink = unlink_soon = fsync_dir = make_dirs = _refuse
-    remove_leftovers = _refuse
+    remove_leftovers = append_file = sync_files = _refuse
 
 
 READ_ONLY_FILE_OPS = ReadOnlyFileOps()

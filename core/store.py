@@ -2,7 +2,7 @@
 
 `load()` takes the lock, opens CommitLog, consume queues, checkpoint and index, and recovers
 (normal or abnormal by the abort file); `start()` creates the abort file and starts the
-flush, commit, reput and allocate threads; `shutdown()` stops them in order, flushes
+flush, commit, reput and allocate threads (and, on a master, the scheduler of delayed messages); `shutdown()` stops them in order, flushes
 everything, writes the checkpoint and removes the abort file only when nothing is left
 undispatched. Reads are delegated to `StoreReader`. Consumer group offsets
 (`commit_offset`, `fetch_offset`) are kept in config/consumer_offsets.json, the file the
@@ -25,7 +25,8 @@ from core.store_format import check_store_format
 from core.consume_queue_store import ConsumeQueueStore
 from core.consumer_offsets import ConsumerOffsetStore
 from core.dispatch import Dispatcher
-from core.embedded_services import AllocateService, CommitService, FlushService, ReputService
+from core.delay_put import delay_rules, delayed_put
+from core.embedded_services import AllocateService, CommitService, FlushService, ReputService, ScheduleService
 from core.fileops import REAL_FILE_OPS, FileOps
 from core.index_service import IndexService
 from core.message import PROPERTY_UNIQ_KEY, Message
@@ -147,6 +148,8 @@ class MessageStore:
         self.flush_service: FlushService | None = None
         self.commit_service: CommitService | None = None
         self.reput_service: ReputService | None = None
+        self.schedule_service: ScheduleService | None = None
+        self._delay_rules = delay_rules(config)
         self.recovery_report = None
         self._sync_flush = config.is_sync_flush
         self._is_slave = config.is_slave
@@ -232,12 +235,17 @@ class MessageStore:
         for svc in services:
             svc.start()
         self.running = True
+        if not self._is_slave:                 # a slave delivers nothing (DESIGN.md 11)
+            self.schedule_service = ScheduleService(self)
+            self.schedule_service.start()
 
     def shutdown(self) -> None:
         """Stop taking puts, drain every service, flush, checkpoint, and remove the abort file
         only when nothing is left undispatched."""
         if self.shut_down:
             return
+        if self.schedule_service is not None:
+            self.schedule_service.stop()          # its re-puts first, while puts are taken
         self.shut_down = True
         self.running = False
         with self.commitlog.put_lock:
@@ -297,6 +305,10 @@ class MessageStore:
             status = self._check_store_status()            # some flags (NOT_READABLE) allow puts
             if status is not None:
                 return PutMessageResult(status)
+        if msg.properties:
+            msg = delayed_put(msg, self._delay_rules)         # DELAY or a timer: core.delay_put
+            if msg.__class__ is PutMessageStatus:
+                return PutMessageResult(msg)
         result = self.commitlog.append_message(msg)
         if result.__class__ is PutMessageStatus:            # refused before the append
             return PutMessageResult(result)

@@ -48,7 +48,7 @@ class Word(enum.IntEnum):
     SERVICE_BASE = 128        # 128..: a slot of SLOT_WORDS words per service
 
 
-SERVICES = ("appender", "allocator", "committer", "flusher", "reput", "reader", "ha")
+SERVICES = ("appender", "allocator", "committer", "flusher", "reput", "reader", "ha", "scheduler")
 SLOT_WORDS = 16
 POOL_BUFFERS = 16
 

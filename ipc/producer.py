@@ -54,7 +54,7 @@ from core.message import Message
 from core.status import PutMessageStatus
 from ipc.client_common import check_int, check_timeout
 from ipc.connection import Connection, MQError, PeerUnreachable
-from ipc.put_fields import (EMPTY_BODY, as_body, check_send_topic, check_tags, keys_field,
+from ipc.put_fields import (EMPTY_BODY, as_body, check_send_topic, check_tags, delay_properties, keys_field,
                             properties_field)
 from ipc.protocol import ErrorCode
 from ipc.send_result import SendResult, parse_send_reply
@@ -372,20 +372,26 @@ class Producer:
 
     # -- sending -------------------------------------------------------------------------
     def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None):
+                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+                   delay_level: int | None = None, deliver_at=None, delay_ms: int | None = None):
         """Send one message; a Future of its SendResult. Many may be in flight; with `window`
         requests in flight this waits for a reply first, and while the store's appender is
-        unreachable it waits for it (TimeoutError after `timeout`, the message not sent)."""
+        unreachable it waits for it (TimeoutError after `timeout`, the message not sent).
+        `delay_level`, `deliver_at`, `delay_ms`: deliver it later (ipc.put_fields.delay_properties)."""
         timeout = _send_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
         self._route(fields, topic, queue_id, sharding_key)
         return self._conn.request("appender", "put", fields, frames, timeout,
                                   lambda env, _f: parse_send_reply(env, topic, [uniq]))
 
     def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-             sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None) -> SendResult:
-        """Send one message and wait for its SendResult."""
+             sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+             delay_level: int | None = None, deliver_at=None, delay_ms: int | None = None) -> SendResult:
+        """Send one message and wait for its SendResult. `delay_level`, `deliver_at`,
+        `delay_ms`: deliver it later (ipc.put_fields.delay_properties)."""
         timeout = _send_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
         self._route(fields, topic, queue_id, sharding_key)
         return self._send_with_retries("put", fields, frames, timeout,

@@ -39,6 +39,7 @@ import time
 import zmq
 
 from core.batch_encode import prepare_batch_records, prepare_each
+from core.delay_put import delay_rules, delayed_put
 from core.record_encode import encode_record
 from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
@@ -90,6 +91,7 @@ class Appender(ServiceLoop):
         # connected, it answers SLAVE_NOT_AVAILABLE (the message is stored).
         self.acked = SLAVE_NOT_AVAILABLE if config.is_sync_master else PUT_OK
         self.max_size = config.max_message_size
+        self.delay_rules = delay_rules(config)
         self.fallback_host = config.store_host_tuple
         self.pool = (SharedPool(cb, config.transient_store_pool_size, config.mapped_file_size_commitlog)
                      if cb.get(Word.POOL_ENABLED) else None)
@@ -353,6 +355,8 @@ class Appender(ServiceLoop):
             return [pack(fields)]
         self.last_store_ts = result.store_timestamp
         self.stats.stored(req.topic, req.count, req.body_bytes)
+        if not batch:                         # a delayed put: its schedule queue (core.delay_put)
+            qid = req.messages[0].queue_id
         fields = {"rid": rid, "status": PUT_OK, "queue_id": qid, "queue_offset": result.logics_offset,
                   "phys_offset": result.wrote_offset, "store_timestamp": result.store_timestamp}
         if batch:
@@ -408,6 +412,11 @@ class Appender(ServiceLoop):
                                          req.sizes)
         if not batch:                                         # one message: its record's bytes
             msgs[0].queue_id = qid
+            if msgs[0].properties:
+                stored = delayed_put(msgs[0], self.delay_rules)     # DELAY or a timer
+                if stored.__class__ is PutMessageStatus:
+                    return stored
+                msgs[0] = stored
             return encode_record(msgs[0], max_size, host)
         for m in msgs:
             m.queue_id = qid

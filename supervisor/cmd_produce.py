@@ -1,7 +1,7 @@
 """`mqstore produce --topic T [--body TEXT | --file F] [--tags TAGS] [--keys KEYS]
 [--property NAME=VALUE ...] [--queue Q | --sharding-key K] [--count N] [--batch N]
-[--in-flight W] [--no-wait] [--quiet] [--store DIR | --address A]`: put messages into a
-running store.
+[--in-flight W] [--delay-level N | --delay D] [--no-wait] [--quiet] [--store DIR | --address A]`:
+put messages into a running store.
 
 The message body is `--body TEXT` (UTF-8), or the whole content of `--file F`, sent `--count`
 times; without either, every line read from standard input is one message (its newline removed;
@@ -11,6 +11,13 @@ per message. Up to `--in-flight` requests are kept in flight. Tags, keys and pro
 every message; each message also gets its own UNIQ_KEY. `--property` names a user property:
 RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, ...) are refused, as its
 putUserProperty refuses them.
+
+Delayed delivery: `--delay-level N` stores every message at RocketMQ's delay level N (the store's
+`message_delay_level`, 1s 5s 10s 30s 1m ... 2h by default; a level above the last is the last);
+`--delay D` (a whole number and a unit ms, s, m, h or d: 1500ms, 30s, 2h) makes every message a
+timer message delivered D after it is stored (at most the store's `timer_max_delay_sec`). The
+reply names the message's place in the delay queue; consumers of the topic see it when it is
+due. A batch takes no delay (RocketMQ's rule): neither goes with --batch above 1.
 
 Prints one line per request (`STATUS msgId queue offset`; for a batch the first id and the
 offset range; a refusal with its reason) unless `--quiet`, which prints only the first failure,
@@ -64,6 +71,11 @@ def add_parser(subparsers):
                    help="messages per put_batch request (default 1: one put per message)")
     p.add_argument("--in-flight", type=int, default=8, metavar="W",
                    help="requests kept in flight at once (default 8)")
+    delay = p.add_mutually_exclusive_group()
+    delay.add_argument("--delay-level", type=int, metavar="N",
+                       help="deliver at delay level N (1 = the first of message_delay_level)")
+    delay.add_argument("--delay", metavar="D",
+                       help="deliver D after storing, e.g. 1500ms, 30s, 2m, 1h, 1d (a timer message)")
     p.add_argument("--no-wait", action="store_true",
                    help="under SYNC_FLUSH, do not wait for the flush before the answer")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
@@ -99,6 +111,24 @@ def _check_options(args) -> None:
     if problem:
         raise UsageError(f"--topic {args.topic}: {problem}")
     check_timeout(args.timeout)
+    if (args.delay_level is not None or args.delay is not None) and args.batch > 1:
+        raise UsageError("--delay-level and --delay do not go with --batch above 1: a batch "
+                         "takes no delay, as RocketMQ's")
+    if args.delay_level is not None and args.delay_level < 1:
+        raise UsageError(f"--delay-level {args.delay_level}: must be 1 or more")
+    args.delay_ms = _duration_ms(args.delay) if args.delay is not None else None
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str) -> int:
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS_MS:
+        raise UsageError(f"--delay {text!r}: expected a whole number and a unit ms, s, m, h or d "
+                         "(1500ms, 30s, 2m)")
+    return int(digits) * _UNITS_MS[unit]
 
 
 def _bodies(args, skipped: list):
@@ -220,7 +250,8 @@ def run(args) -> int:
                                                     sharding_key=args.sharding_key, wait=wait)
                 else:
                     fut = producer.send_async(args.topic, chunk[0], args.tags, args.keys, props, args.queue,
-                                              sharding_key=args.sharding_key, wait=wait)
+                                              sharding_key=args.sharding_key, wait=wait,
+                                              delay_level=args.delay_level, delay_ms=args.delay_ms)
                 tally.sent += len(chunk)
                 inflight.append((fut, len(chunk)))
                 while len(inflight) >= args.in_flight or (inflight and inflight[0][0].done()):

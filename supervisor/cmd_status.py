@@ -30,6 +30,7 @@ from ipc.admin import Admin
 from ipc.connection import DEFAULT_STORE
 from ipc.protocol import pack, unpack
 from ipc.sockets import make_socket
+from supervisor.delayed_report import render_lines
 from supervisor.cli import UsageError
 
 TIMEOUT_S = 5.0
@@ -244,6 +245,7 @@ def render(st: dict) -> str:
                      f"{human_bytes(disk['consumequeue_bytes'])}, index "
                      f"{human_bytes(disk['index_bytes'])}); file system "
                      f"{100 * disk['fs_used_ratio']:.1f}% used, {human_bytes(disk['fs_free'])} free")
+    lines += render_lines(st.get("delayed") or {})
     for err in st.get("errors", []):
         lines.append(f"error: {err}")
     return "\n".join(lines)

@@ -47,6 +47,7 @@ from ipc.control_block import ServiceState, Word
 from ipc.protocol import unpack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from supervisor import status_report
+from supervisor.delayed_report import DelayedReport
 from supervisor.front_door import FrontDoor
 from supervisor.processes import ServiceProcess
 from supervisor.recovery_cycle import RecoveryCycle, recover_store
@@ -78,7 +79,8 @@ class Supervisor:
         self.progress = progress                 # callable(done, total) [and finish()]: recovery
         self.out = out or sys.stdout
         self.policy = policy or RestartPolicy()
-        self.subscribers = [self.policy] + ([metrics] if metrics is not None else [])
+        self.delayed = DelayedReport()           # the scheduler's stats (status, metrics)
+        self.subscribers = [self.policy, self.delayed] + ([metrics] if metrics is not None else [])
         self.lock = StoreLock(config.lock_path)
         self.abort = AbortFile(config.abort_path, REAL_FILE_OPS)
         self.run_ctx = None

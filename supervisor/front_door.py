@@ -79,6 +79,9 @@ class FrontDoor:
             wait = sup.policy.restart_in(entry["name"])
             if wait is not None:
                 entry["restart_in_s"] = round(wait, 3)
+        delayed = sup.delayed.snapshot()
+        if delayed:
+            info["delayed"] = delayed
         if sup.metrics is not None:
             info["supervisor"]["metrics"] = sup.metrics.url
         if sup.cycle is not None:

@@ -9,7 +9,8 @@ by prometheus-client's HTTP server on its own thread. It keeps:
 - from any service's `stats` event, every other map named `<what>_latency` (the flusher's
   `flush_latency`, the committer's `commit_latency`, ...) as a histogram by service;
 - from the supervisor once a second (`update`): the control block's positions and lags and
-  flags, each service's state, RSS, CPU and restarts (psutil), and every 10 s the disk use.
+  flags, each service's state, RSS, CPU and restarts (psutil), the delayed messages pending
+  and delivered (supervisor.delayed_report), and every 10 s the disk use.
 
 A latency map's keys are bucket upper bounds in milliseconds (a key that is not a number,
 such as "inf", is the overflow bucket) and its values counts in that bucket alone; its key
@@ -33,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from ipc.control_block import ServiceState
 from services.append_waiters import BUCKETS_MS, SUM_KEY
 from supervisor import status_report
+from supervisor.delayed_report import delayed_families
 
 log = logging.getLogger("mqstore.supervisor.metrics")
 DISK_INTERVAL_S = 10.0
@@ -164,7 +166,8 @@ class Metrics:
             disk = status_report.disk_usage(sup.config)
         with self._lock:
             self._snapshot = {"positions": pos, "lags": status_report.lags(pos),
-                              "flags": set(status_report.flags(cb)), "services": services}
+                              "flags": set(status_report.flags(cb)), "services": services,
+                              "delayed": sup.delayed.snapshot()}
             if disk is not None:
                 self._disk = disk
 
@@ -226,6 +229,7 @@ class Metrics:
                 cpu.add_metric([name], c)
                 restarts.add_metric([name], n)
             yield from (state, rss, cpu, restarts)
+            yield from delayed_families(snap["delayed"])
         if disk:
             g = GaugeMetricFamily("mqstore_disk_bytes", "Disk use of the store and its file "
                                   "system", labels=["what"])

@@ -35,12 +35,13 @@ from ipc.control_block import POOL_BUFFERS, ControlBlock, ServiceState, Slot, Wo
 log = logging.getLogger("mqstore.supervisor")
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "appender", "reader")
-STOP_ORDER = ("appender", "committer", "flusher", "reput", "allocator", "reader")
+SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "appender", "reader", "scheduler")
+# The scheduler stops first: its re-puts in flight are answered while the appender runs.
+STOP_ORDER = ("scheduler", "appender", "committer", "flusher", "reput", "allocator", "reader")
 # Seconds between SIGTERM and SIGKILL at a clean stop: the services that make data durable
 # (flusher, reput) drain longest (RocketMQ joins its flush services for up to 5 minutes).
 STOP_GRACE_S = {"appender": 30.0, "committer": 60.0, "flusher": 120.0, "reput": 120.0,
-                "allocator": 15.0, "reader": 15.0, "ha": 30.0}
+                "allocator": 15.0, "reader": 15.0, "ha": 30.0, "scheduler": 15.0}
 
 
 @dataclass

@@ -61,7 +61,7 @@ def pulled_bodies(s: SupervisedStore, topic: str, queues: int = 4) -> dict:
     return found
 
 
-@pytest.mark.parametrize("name", ["allocator", "flusher", "reput", "appender", "reader"])
+@pytest.mark.parametrize("name", ["allocator", "flusher", "reput", "appender", "reader", "scheduler"])
 def test_sigkill_of_a_service_is_restarted(running, name):
     acked = {}
     for i in range(20):
