@@ -405,10 +405,10 @@ class Supervisor:
             if svc.alive:
                 svc.kill()
                 svc.proc.wait()
-        clear_run(self.config)
-        if self.run_ctx is not None:
+        if self.run_ctx is not None:            # unlinks the control block it created
             self.run_ctx.close()
             self.run_ctx = None
+        clear_run(self.config)
         self.lock.release()
         self.ctx.term()
 

@@ -30,7 +30,9 @@ import psutil
 
 from core.checkpoint import StoreCheckpoint
 from core.fileops import REAL_FILE_OPS
-from ipc.control_block import POOL_BUFFERS, ControlBlock, ServiceState, Slot, Word, now_ms
+from ipc.control_block import (
+    POOL_BUFFERS, ControlBlock, ServiceState, Slot, Word, now_ms, read_control_name,
+)
 
 log = logging.getLogger("mqstore.supervisor")
 
@@ -290,15 +292,39 @@ def _write_run_file(config, name: str, text: str) -> None:
 def clear_run(config) -> None:
     """Empty run/ (with the store lock held and no service running): the files that say a store
     runs here (address, control, supervisor.pid, the services' pid files) and what the
-    services used (config.json, endpoints.json, the ipc sockets)."""
+    services used (config.json, endpoints.json, the ipc sockets). The control block and pool
+    buffers that run/control names go too: a supervisor killed by SIGKILL never unlinked them,
+    and each would keep its memory in /dev/shm until the machine restarts."""
     try:
         names = os.listdir(config.run_dir)
     except FileNotFoundError:
         return
+    discard_control_block(config.run_dir)
     for name in names:
         try:
             os.unlink(os.path.join(config.run_dir, name))
         except (FileNotFoundError, IsADirectoryError):
+            pass
+
+
+def discard_control_block(run_dir: str) -> None:
+    """Unlink the shared memory named by run/control and its pool buffers, where they still
+    exist (the mappings of any process still attached stay valid until it unmaps them)."""
+    try:
+        name = read_control_name(run_dir)
+    except OSError:
+        return
+    if not name.startswith("mqstore-"):
+        return
+    for segment in [name] + [f"{name}-pool-{i}" for i in range(POOL_BUFFERS)]:
+        try:
+            shm = shared_memory.SharedMemory(name=segment, create=False)
+        except (FileNotFoundError, ValueError):
+            continue
+        shm.close()
+        try:
+            shm.unlink()
+        except FileNotFoundError:
             pass
 
 

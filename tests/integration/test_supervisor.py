@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -116,6 +117,26 @@ def test_killed_supervisor_leaves_abort_and_next_start_recovers_abnormally(store
     assert s.put("Crash", b"after")["queue_offset"] >= 0
     assert s.stop() == 0
     assert not os.path.exists(s.path("abort"))
+
+
+def test_a_start_unlinks_the_control_block_of_a_killed_tree(store):
+    """SIGKILL of the whole tree, Python's resource tracker included (which would otherwise
+    unlink the segment when its supervisor dies): the next start removes the dead one's
+    control block from /dev/shm instead of leaving its memory there until a reboot."""
+    s = store().start()
+    control = s.control_name()
+    tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    s.proc.wait(10)
+    assert wait_for(lambda: all(pid_gone(p) for p in tree), 10)
+    assert os.path.exists(os.path.join("/dev/shm", control))    # nobody was left to unlink it
+    s.start()
+    assert not os.path.exists(os.path.join("/dev/shm", control)), "the dead tree's control block"
+    assert s.stop() == 0
 
 
 def test_status_and_stop_commands(store):
