@@ -65,6 +65,8 @@ class Rebalancer:
             gained, lost = m.take(env, held, time.monotonic())
             if gained:
                 c._add_queues(gained)
+            c._discovered = True        # queues gained from now on are new to this consumer:
+                                        # `start="latest"` skips only what was there at its start
             if not lost:
                 break
             self._let_go(lost)

@@ -292,8 +292,10 @@ class ReadOps:
             mine = committed.get(qid, -1)
             lag = max(0, hi - (mine if mine >= 0 else lo))
             total += lag
-            queues.append({"queue_id": qid, "consumer_offset": mine, "max_offset": hi, "lag": lag,
-                           "owner": owners.get(qid)})
+            entry = {"queue_id": qid, "consumer_offset": mine, "max_offset": hi, "lag": lag}
+            if members:
+                entry["owner"] = owners.get(qid)
+            queues.append(entry)
         extra = {"members": members["members"], "generation": members["generation"]} if members else {}
         return reply(env.get("rid", 0), OK, {"queues": queues, "total_lag": total, **extra})
 
