@@ -177,6 +177,14 @@ class Consumer:
             self._states[q] = st
             self._order.append(st)
 
+    def rebalance(self) -> list:
+        """A group member: send its heartbeat now and apply the answer (queues gained, queues
+        let go after their commit) instead of at the next interval; the assignment."""
+        self._check_open()
+        if self._group is not None:
+            self._next_discover = self._group.beat()
+        return self.assignment()
+
     def assignment(self) -> list:
         """The queue ids this consumer reads."""
         return [st.queue_id for st in self._order]
