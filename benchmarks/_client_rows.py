@@ -3,8 +3,9 @@ the asyncio producer (`ipc.aio.Producer.send_async` one message at a time, auto-
 one event loop) and the consumers: one group member of a 4-member group (each reads its
 share of BenchTopic's queues), and the asyncio consumer (one, reading every queue).
 
-A group worker joins, then beats (`Consumer.rebalance`) until the group gave it its share
-(one queue of four) before the common start, so that the run times reading, not the handover.
+A group worker joins, then beats (`Consumer.rebalance`) for 5 s and until the group gave it
+its share (one queue of four), reading nothing, so that the run times reading, not the
+handover (a member that read a queue before it moved would make the next owner read it again).
 """
 from __future__ import annotations
 
@@ -65,11 +66,11 @@ def group_consume(address: str, members: int, queues: int, start_at: float, seco
     with Consumer(address, f"bench-group-{int(start_at)}", TOPIC, max_msgs=1024, long_poll_ms=200,
                   auto_commit=False, heartbeat_interval_ms=200) as c:
         share = max(1, queues // members)
-        deadline = start_at + 30
-        while len(c.assignment()) != share and time.monotonic() < deadline:
+        settle = start_at + 5.0              # every member beats until then: all handovers done
+        while time.monotonic() < settle or (len(c.assignment()) != share
+                                            and time.monotonic() < settle + 25):
             c.rebalance()
             time.sleep(0.05)
-        time.sleep(max(0.0, start_at + 5.0 - time.monotonic()))   # all members balanced by now
         t0 = time.monotonic()
         end = t0 + seconds
         while time.monotonic() < end:

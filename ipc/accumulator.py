@@ -53,18 +53,15 @@ _REFUSALS = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_
 class Pending:
     """One message waiting for its result: its per-message fields (ipc.producer.message_fields),
     body frame, UNIQ_KEY and the future its SendResult goes to."""
-    __slots__ = ("meta", "frame", "uniq", "future")
+    __slots__ = ("meta", "frame", "uniq", "future", "plain")
 
     def __init__(self, meta: dict, frame: bytes, uniq: str, future):
         self.meta = meta
         self.frame = frame
         self.uniq = uniq
         self.future = future
-
-    @property
-    def plain(self) -> bool:
-        """Only a body and its UNIQ_KEY (no tags, keys, other properties or flag)."""
-        return len(self.meta) == 1 and len(self.meta["properties"]) == 1
+        # only a body and its UNIQ_KEY (no tags, keys, other properties or flag)
+        self.plain = len(meta) == 1 and len(meta["properties"]) == 1
 
 
 class Batch:
@@ -117,6 +114,7 @@ class Accumulator:
         self._record_limit = 1 << 62           # estimated record bytes per batch
         self._open: dict = {}                  # (topic, queue_id, wait) -> Batch
         self.held = 0                          # bytes added and not yet released
+        self.opened = None                     # the deadline of a batch the last add opened
 
     def store_limits(self, max_message_size, segment_bytes) -> None:
         """Keep batches within what the store takes as one unit (`hello`'s max_message_size:
@@ -132,7 +130,8 @@ class Accumulator:
         return self.held == 0 or self.held + size <= self.buffer_max_bytes
 
     def add(self, topic: str, queue_id, wait: bool, p: Pending, now: float) -> list:
-        """Take message `p`; the batches to send now, in order (often none)."""
+        """Take message `p`; the batches to send now, in order (often none). `opened` is then
+        the deadline of the batch it opened (None: it joined one, or went alone)."""
         size = len(p.frame)
         record = record_estimate(topic, p)
         self.held += size
@@ -147,13 +146,16 @@ class Accumulator:
             out.append(self._seal(key))
             batch = None
         if alone:
+            self.opened = None
             single = Batch(topic, queue_id, wait, now)
             single.items.append(p)
             single.size = size
             out.append(single)
             return out
+        self.opened = None
         if batch is None:
             batch = self._open[key] = Batch(topic, queue_id, wait, now + self.linger_s)
+            self.opened = batch.deadline
         batch.items.append(p)
         batch.size += size
         batch.records += record

@@ -21,7 +21,7 @@ import threading
 import time
 
 from ipc.accumulator import Accumulator, Batch, Pending, request, results
-from ipc.client_common import ReplyFuture
+from ipc.client_common import MessageFuture, ReplyFuture
 
 log = logging.getLogger("mqstore.producer")
 
@@ -71,12 +71,12 @@ class AutoBatcher:
                 raise TimeoutError(f"send_async: the producer's buffer (buffer_max_bytes "
                                    f"{acc.buffer_max_bytes}) stayed full for {timeout}s; "
                                    f"the message was not taken")
-        fut = ReplyFuture(self._conn)
+        fut = MessageFuture(self._conn)
         p = Pending(meta, frame, uniq, fut)
         with self._send_lock:
             with self._lock:
                 ready = acc.add(topic, queue_id, wait, p, time.monotonic())
-                deadline = acc.next_deadline()
+                deadline = acc.opened                 # a new batch: its linger may end first
                 if deadline is not None and deadline < self._wake_at:
                     self._wake_at = deadline
                     self._cv.notify()

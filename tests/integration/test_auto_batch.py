@@ -1,6 +1,6 @@
 """The auto-batching producer (ipc/accumulator.py, ipc/auto_batch.py) against a real store
-started with `mqstore start`: many `send_async` calls, each with its own result, in queue
-order and consumed as sent; a message the store refuses on its own (oversized, a separator in
+started with `mqstore start`: many `send_async` calls (an oversized one among them, refused
+alone), each with its own result, in queue order and consumed as sent; a message the store refuses on its own (oversized, a separator in
 its tags, properties over 32,767 bytes) refused alone while its neighbours are stored; flush() and close()
 send what lingers; a full buffer blocks send_async and then times out (the appender stopped
 with SIGSTOP, so that nothing is answered)."""
@@ -40,8 +40,12 @@ def check_sends(store, topic: str, n: int, queues: int = 4) -> None:
         a.create_topic(topic, queues)
     bodies = [b"m%07d" % i + b"x" * 200 for i in range(n)]
     with Producer(store.address) as p:
-        futs = [p.send_async(topic, body, queue_id=i % queues) for i, body in enumerate(bodies)]
+        futs = [p.send_async(topic, body, queue_id=i % queues) for i, body in enumerate(bodies[:n // 2])]
+        big = p.send_async(topic, b"B" * (CONFIG["max_message_size"] + 1), queue_id=0)   # among them
+        futs += [p.send_async(topic, body, queue_id=i % queues)
+                 for i, body in enumerate(bodies[n // 2:], n // 2)]
         results = [f.result(60) for f in futs]
+        assert big.result(60).status is PutMessageStatus.MESSAGE_ILLEGAL      # refused alone
     assert all(r.status is PutMessageStatus.PUT_OK for r in results)
     assert all(r.count == 1 and len(r.msg_ids) == 1 and len(r.msg_id) == 32 for r in results)
     assert len({r.msg_id for r in results}) == n and len({r.uniq_key for r in results}) == n
