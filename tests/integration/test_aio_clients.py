@@ -62,6 +62,23 @@ def test_concurrent_auto_batched_sends(store):
     run(main())
 
 
+def test_thousands_of_concurrent_coroutines(store):
+    async def main():
+        async with aio.Producer(store.address) as p:
+            async def batched(i):
+                return await (await p.send_async("aio-conc", b"c%d" % i, queue_id=i % 2))
+
+            async def direct(i):
+                return await p.send("aio-conc", b"d%d" % i, queue_id=2 + i % 2)
+            results = await asyncio.gather(*(batched(i) for i in range(3000)),
+                                           *(direct(i) for i in range(1000)))
+        assert all(r.ok for r in results)
+        for q in range(2):
+            assert [r.queue_offset for r in results[q:3000:2]] == list(range(1500))
+        assert sorted(r.queue_offset for r in results[3000:] if r.queue_id == 2) == list(range(500))
+    run(main())
+
+
 def test_flush_close_and_direct_send(store):
     async def main():
         p = await aio.Producer(store.address, linger_ms=60_000).open()
