@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from ipc import Admin
+from ipc import Admin, Producer
 from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli
 
@@ -24,6 +24,9 @@ def test_produce_count_auto_batches_and_two_followers_split_the_queues(tmp_path)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert len(lines) == 2000 and all(line.startswith("PUT_OK ") for line in lines)
+        with Producer(s.address) as p:             # auto-batches go to one queue each: fill all 4
+            futs = [p.send_async("Split", b"q%d" % i, queue_id=i % 4) for i in range(400)]
+            assert p.flush(30) and all(f.result(0).ok for f in futs)
         for _ in range(2):
             followers.append(subprocess.Popen(
                 [sys.executable, "-m", "supervisor.cli", "consume", "--topic", "Split", "--group", "gs",
@@ -45,7 +48,7 @@ def test_produce_count_auto_batches_and_two_followers_split_the_queues(tmp_path)
             out, _ = f.communicate(30)
             assert f.returncode == 0
             outs.append(out.splitlines())
-        assert sum(len(o) for o in outs) >= 2000
+        assert sum(len(o) for o in outs) >= 2400
         queues = [{line.split(":")[0] for line in o} for o in outs]
         assert queues[0] | queues[1] == {"0", "1", "2", "3"}
     finally:
