@@ -189,3 +189,28 @@ def test_broadcasting_consumers_each_read_everything(store):
                 c.close()
         assert [admin.fetch_offset(group, topic, q) for q in range(4)] == [-1] * 4
         assert "members" not in admin.consumer_lag(group, topic)
+
+
+def test_members_join_again_after_the_reader_restarts(store):
+    topic, group = "rejoin", "g-rejoin"
+    with Admin(store.address) as admin, Producer(store.address) as p:
+        admin.create_topic(topic, 2)
+        produce(p, topic, 0, 100, queues=2)
+        got = []
+        with Consumer(store.address, group, topic, session_timeout_ms=2000, heartbeat_interval_ms=100,
+                      auto_commit_interval_ms=100) as c:
+            deadline = time.monotonic() + 20
+            while len(got) < 100 and time.monotonic() < deadline:
+                got += c.poll(100)
+            c.commit()
+            old = store.service("reader")
+            os.kill(old["pid"], signal.SIGKILL)             # members live in the reader's memory
+            store.wait_service("reader", "RUNNING", restarts=old["restarts"] + 1)
+            produce(p, topic, 100, 100, queues=2)
+            deadline = time.monotonic() + 30
+            while len(got) < 200 and time.monotonic() < deadline:
+                got += c.poll(100)
+            assert sorted(bytes(m.body) for m in got) == sorted(b"m%d" % i for i in range(200))
+            assert c.assignment() == [0, 1]
+            members = admin.consumer_lag(group, topic)["members"]
+            assert [m["member_id"] for m in members] == [c._group.member.member_id]   # joined again
