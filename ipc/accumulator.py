@@ -193,6 +193,18 @@ class Accumulator:
         self.held -= batch.size
 
 
+def singles(batch: Batch) -> list:
+    """Each message of a batch refused as a whole as a batch of its own, in order (module
+    docstring)."""
+    out = []
+    for p in batch.items:
+        single = Batch(batch.topic, batch.queue_id, batch.wait, 0.0)
+        single.items.append(p)
+        single.size = len(p.frame)
+        out.append(single)
+    return out
+
+
 def request(batch: Batch) -> tuple[str, dict, list]:
     """(op, fields, frames) of a sealed batch."""
     items = batch.items

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 
-from ipc.accumulator import Accumulator, Batch, Pending, request, results
+from ipc.accumulator import Accumulator, Batch, Pending, request, results, singles
 from ipc.client_common import MessageFuture, ReplyFuture
 
 log = logging.getLogger("mqstore.producer")
@@ -124,10 +124,7 @@ class AutoBatcher:
         self._release(ticket)
         out = results(batch, env)
         if out is None:                               # refused as a whole: each on its own
-            for p in batch.items:
-                single = Batch(batch.topic, batch.queue_id, batch.wait, 0.0)
-                single.items.append(p)
-                single.size = len(p.frame)
+            for single in singles(batch):
                 self._send(single, counted=False)
             return
         for p, r in zip(batch.items, out):

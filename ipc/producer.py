@@ -64,7 +64,7 @@ from ipc.uniq_keys import UNIQ_KEY, UNIQ_KEYS, UniqKeyGenerator  # noqa: F401  (
 
 TOPIC_INFO_TTL_S = 30.0
 UNKNOWN_TOPIC_TTL_S = 1.0
-_RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
+RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
 def shard_queue(sharding_key, queue_count: int) -> int:
@@ -365,7 +365,7 @@ class Producer:
                 if attempt >= self.retries or self._conn.closed:
                     raise
             else:
-                if result.status not in _RETRY_STATUSES or attempt >= self.retries:
+                if result.status not in RETRY_STATUSES or attempt >= self.retries:
                     return result
                 time.sleep(0.05 * (2 ** attempt))
             attempt += 1

@@ -21,18 +21,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core.status import PutMessageStatus
 from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS,
-                             Accumulator, Batch, Pending, request, results)
+                             Accumulator, Batch, Pending, request, results, singles)
 from ipc.aio.connection import AsyncConnection
 from ipc.client_common import MQError, PeerUnreachable, check_int, check_timeout, check_wait_ms
-from ipc.producer import QueueSelector, encode_batch, encode_put, message_fields
+from ipc.producer import RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
 from ipc.protocol import ErrorCode
 from ipc.put_fields import check_send_topic
 from ipc.send_result import parse_send_reply
 
 TOPIC_INFO_TTL_S = 30.0
-_RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
 class _Ticket:
@@ -172,11 +170,7 @@ class Producer:
         self._release(ticket)
         out = results(ticket.batch, env)
         if out is None:                               # refused as a whole: each on its own
-            for p in ticket.batch.items:
-                single = Batch(ticket.batch.topic, ticket.batch.queue_id, ticket.batch.wait, 0.0)
-                single.items.append(p)
-                single.size = len(p.frame)
-                self._send_batches([single], counted=False)
+            self._send_batches(singles(ticket.batch), counted=False)
             return
         for p, r in zip(ticket.batch.items, out):
             if not p.future.done():
@@ -234,7 +228,7 @@ class Producer:
                 if attempt >= self.retries or self._conn.closed:
                     raise
             else:
-                if result.status not in _RETRY_STATUSES or attempt >= self.retries:
+                if result.status not in RETRY_STATUSES or attempt >= self.retries:
                     return result
                 await asyncio.sleep(0.05 * (2 ** attempt))
             attempt += 1

@@ -102,6 +102,17 @@ def test_batches_stay_within_the_stores_limits(store):
     assert [r.queue_offset for r in results] == list(range(6))
 
 
+def test_a_batch_refused_whole_is_sent_again_one_by_one(store):
+    with Producer(store.address, linger_ms=1000, batch_max_bytes=400 * 1024) as p:
+        p._batcher.acc.store_limits(None, None)            # as against a store whose hello
+        p._batcher.acc._body_limit = 400 * 1024            # does not name its limits
+        futs = [p.send_async("whole", b"%d" % i + b"w" * 40_000, queue_id=1) for i in range(6)]
+        assert p.flush(30)
+        results = [f.result(0) for f in futs]
+    assert all(r.ok for r in results), results               # 240 KB > max_message_size: split
+    assert [r.queue_offset for r in results] == list(range(6))
+
+
 def test_flush_and_close_send_what_lingers(store):
     p = Producer(store.address, linger_ms=60_000)
     futs = [p.send_async("linger", b"f%d" % i, queue_id=0) for i in range(10)]

@@ -7,7 +7,7 @@ import struct
 from hypothesis import given, settings, strategies as st
 
 from core.status import PutMessageStatus
-from ipc.accumulator import Accumulator, Pending, request, results
+from ipc.accumulator import Accumulator, Pending, request, results, singles
 from ipc.producer import message_fields
 
 
@@ -100,6 +100,8 @@ def test_requests_and_per_message_results():
     assert out[1].msg_id == "7F00000100002A9F" + "%016X" % 200
     refused = {"status": "MESSAGE_ILLEGAL", "reason": "message 1 of the batch: ..."}
     assert results(batch, refused) is None                      # the driver splits it
+    assert [b.items for b in singles(batch)] == [[p] for p in plain]
+    assert all(b.queue_id == 2 and b.size == 2 for b in singles(batch))
     busy = results(batch, {"status": "SERVICE_NOT_AVAILABLE"})
     assert [r.status for r in busy] == [PutMessageStatus.SERVICE_NOT_AVAILABLE] * 3
     tagged = pending(b"t", tags="A", keys=["k"])
