@@ -137,7 +137,8 @@ class Producer:
                                    f"{acc.buffer_max_bytes}) stayed full for {timeout}s; the message was not taken")
         fut = asyncio.get_running_loop().create_future()
         self._send_batches(acc.add(topic, queue_id, wait, Pending(meta, frame, uniq, fut), time.monotonic()))
-        self._arm()
+        if acc.opened is not None and acc.opened < self._timer_at:    # a new batch's linger
+            self._arm()
         return fut
 
     def _arm(self) -> None:
