@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -65,7 +64,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 

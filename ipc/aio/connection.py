@@ -26,7 +26,7 @@ import time
 import zmq
 import zmq.asyncio
 
-from ipc.client_common import ConnectionClosed, MQError, raise_for_error, reachable_endpoint, resolve_address
+from ipc.client_common import ConnectionClosed, raise_for_error, reachable_endpoint, resolve_address
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
 from ipc.sockets import make_socket
 
@@ -211,4 +211,4 @@ class AsyncConnection:
         self._changed.set()
 
 
-__all__ = ["AsyncConnection", "MQError"]
+__all__ = ["AsyncConnection"]

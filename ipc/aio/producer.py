@@ -24,7 +24,7 @@ import time
 from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS,
                              Accumulator, Batch, Pending, request, results, singles)
 from ipc.aio.connection import AsyncConnection
-from ipc.client_common import MQError, PeerUnreachable, check_int, check_timeout, check_wait_ms
+from ipc.client_common import MQError, check_int, check_timeout, check_wait_ms
 from ipc.producer import RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
 from ipc.protocol import ErrorCode
 from ipc.put_fields import check_send_topic
@@ -249,4 +249,4 @@ class Producer:
         self._conn.close()
 
 
-__all__ = ["Producer", "PeerUnreachable"]
+__all__ = ["Producer"]
