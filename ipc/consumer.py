@@ -36,8 +36,9 @@ explicitly (`queues=`: no membership, as before), or by the group (`mode="cluste
 default, as RocketMQ's clustering consumption: the consumer joins the group at the reader and
 reads the queues the reader gives it, ipc/rebalance.py), or all of the topic's
 (`mode="broadcasting"`, as RocketMQ's BROADCASTING: every consumer reads every queue and keeps
-its offsets itself; nothing is committed to the store, `committed()` and `positions()` say
-where it is). A member must poll at least once per `session_timeout_ms` (its heartbeats go
+its offsets itself: nothing is committed to the store, `committed()` and `positions()` say
+where it is, and with `offset_file=PATH` commits go to that JSON file, from which the next
+consumer started with it continues, as RocketMQ's LocalFileOffsetStore). A member must poll at least once per `session_timeout_ms` (its heartbeats go
 out from `poll`, every `heartbeat_interval_ms`), as Kafka's max.poll.interval.ms asks. A
 Consumer is meant for one thread.
 
@@ -63,6 +64,7 @@ from ipc.client_common import check_int, check_timeout, check_wait_ms
 from ipc.connection import Connection, ConnectionClosed, MQError, raise_for_error
 from ipc.group_member import (BROADCASTING, CLUSTERING, DEFAULT_HEARTBEAT_INTERVAL_MS,
                               DEFAULT_SESSION_TIMEOUT_MS, GroupMembership)
+from ipc.local_offsets import load_offsets, save_offsets
 from ipc.rebalance import Rebalancer
 from ipc.protocol import ERROR, ErrorCode
 from ipc.pulls import RETRY_S, PullPipeline, QueueCursor
@@ -83,7 +85,8 @@ class Consumer:
                  max_buffered: int = 8192, timeout: float = 10.0, connection: Connection | None = None,
                  pipeline_depth: int = 4, mode: str = CLUSTERING,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS):
+                 heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+                 offset_file: str | None = None):
         if not group or not topic:
             raise ValueError("a Consumer needs a group and a topic")
         if mode not in (CLUSTERING, BROADCASTING):
@@ -112,6 +115,10 @@ class Consumer:
         self._wanted = sorted(set(int(q) for q in queues)) if queues is not None else None
         self.mode = mode
         self.broadcasting = mode == BROADCASTING          # offsets kept here, not committed
+        if offset_file is not None and not self.broadcasting:
+            raise ValueError("offset_file is for mode='broadcasting': a group's offsets are the store's")
+        self.offset_file = offset_file
+        self._local = load_offsets(offset_file, group, topic) if offset_file else {}
         member = GroupMembership(group, topic, session_timeout_ms, heartbeat_interval_ms) \
             if queues is None and mode == CLUSTERING else None
         self._group = Rebalancer(self, member) if member is not None else None
@@ -169,7 +176,7 @@ class Consumer:
             bounds = {e["queue_id"]: (e["min_offset"], e["max_offset"]) for e in env.get("queues", ())}
         for q, fut in zip(qids, fetches):
             committed = raise_for_error(fut.result()[0], "fetch_offset").get("offset", -1) \
-                if not self.broadcasting else -1          # broadcasting: nothing in the store
+                if not self.broadcasting else self._local.get(q, -1)   # broadcasting: its own
             lo, hi = bounds.get(q, (0, 0))
             newer = self.start == "earliest" or self._discovered    # appeared after the start
             offset = committed if committed >= 0 else (lo if newer else hi)
@@ -296,13 +303,15 @@ class Consumer:
             pos = held.get(st.queue_id, st.position)
             if pos >= 0 and pos != st.committed and not st.missing:
                 if self.broadcasting:
-                    st.committed = pos
+                    st.committed = self._local[st.queue_id] = pos
                     continue
                 fut = self._conn.request("reader", "commit_offset", {
                     "group": self.group, "topic": self.topic, "queue_id": st.queue_id, "offset": pos,
                     **member})
                 sent.append((st, pos, fut))
         self._last_commit = time.monotonic()
+        if self.offset_file and self._local:
+            save_offsets(self.offset_file, self.group, self.topic, self._local)
         return sent
 
     def _commit_async(self) -> None:

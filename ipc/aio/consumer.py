@@ -140,7 +140,7 @@ class Consumer(_Blocking):
             bounds = {e["queue_id"]: (e["min_offset"], e["max_offset"]) for e in env.get("queues", ())}
         for i, q in enumerate(qids):
             committed = raise_for_error((await fetches[i])[0], "fetch_offset").get("offset", -1) \
-                if fetches else -1
+                if fetches else self._local.get(q, -1)
             lo, hi = bounds.get(q, (0, 0))
             newer = self.start == "earliest" or self._discovered
             offset = committed if committed >= 0 else (lo if newer else hi)

@@ -5,6 +5,7 @@ member's queues are taken up within its session timeout. A member's commit for a
 longer owns is refused; broadcasting consumers each read everything and commit nothing."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -167,6 +168,31 @@ def test_a_consumer_whose_queue_moved_cannot_commit_it(store):
             assert e.value.code in (ErrorCode.UNKNOWN_MEMBER, ErrorCode.NOT_QUEUE_OWNER)
             assert admin.fetch_offset(group, topic, 0) == -1
         c1.close()
+
+
+def test_broadcasting_keeps_its_offsets_in_its_own_file(store, tmp_path):
+    topic, group, path = "bcast-file", "g-bcast-file", str(tmp_path / "offsets.json")
+    with Admin(store.address) as admin, Producer(store.address) as p:
+        admin.create_topic(topic, 2)
+        produce(p, topic, 0, 100, queues=2)
+        with Consumer(store.address, group, topic, mode="broadcasting", offset_file=path) as c:
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 100 and time.monotonic() < deadline:
+                got += c.poll(200)
+        assert len(got) == 100
+        assert json.load(open(path))["offsets"] == {"0": 50, "1": 50}
+        produce(p, topic, 100, 10, queues=2)
+        with Consumer(store.address, group, topic, mode="broadcasting", offset_file=path) as c:
+            assert c.committed() == {0: 50, 1: 50}
+            rest = []
+            deadline = time.monotonic() + 20
+            while len(rest) < 10 and time.monotonic() < deadline:
+                rest += c.poll(200)
+        assert sorted(bytes(m.body) for m in rest) == sorted(b"m%d" % i for i in range(100, 110))
+        assert admin.fetch_offset(group, topic, 0) == -1                # nothing in the store
+        with pytest.raises(ValueError):
+            Consumer(store.address, group, topic, offset_file=path)    # clustering: the store's
 
 
 def test_broadcasting_consumers_each_read_everything(store):
