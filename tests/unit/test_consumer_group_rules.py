@@ -104,6 +104,7 @@ def test_owners_change_only_by_release_leave_or_timeout(script, queues):
     for op, m, dt in script:
         now += dt
         alive = {x: t for x, t in alive.items() if t + 1.0 > now}   # sessions of 1 s
+        was_alive = set(alive)                 # before this step's op (a rejoin is a new member)
         released = set()
         if op == "join":
             g.join("G", "T", queues, now, m, 1000)
@@ -129,7 +130,7 @@ def test_owners_change_only_by_release_leave_or_timeout(script, queues):
             assert g.may_commit("G", "T", owner, q, now)
         for q, old in owners.items():
             new = now_owners.get(q)
-            if new != old and old in alive and not (op == "leave" and m == old):
+            if new != old and old in was_alive and old in alive and not (op == "leave" and m == old):
                 timed_out = now - target_since.get(q, now) >= 1.0 - 1e-9
                 assert q in released or timed_out, (q, old, new, op, m)
         ids = sorted(alive)
