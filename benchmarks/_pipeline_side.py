@@ -28,6 +28,8 @@ def batch_window(producers: int) -> int:
     return BATCH_WINDOW_ONE if producers == 1 else BATCH_WINDOW_MANY
 READY = "mqstore ready at "
 
+from _client_rows import AUTO_WINDOW, aio_produce                             # noqa: E402
+
 
 # ---- a store under its supervisor --------------------------------------------------------
 
@@ -88,18 +90,24 @@ class StoreProcess:
 
 # ---- producers (run in the pool's processes) ----------------------------------------------
 
-def produce_worker(address: str, body_size: int, batched: bool, start_at: float, seconds: float,
+def produce_worker(address: str, body_size: int, mode: str, start_at: float, seconds: float,
                    one_at_a_time: bool = False, window: int = BATCH_WINDOW_MANY) -> dict:
-    """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies."""
+    """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies.
+    `mode`: "single" (send_async, auto-batching off: one put each, SINGLE_WINDOW in flight),
+    "batch" (send_batch_async of BATCH), "auto" (send_async with the auto-batching defaults,
+    AUTO_WINDOW messages awaiting their result), "aio" (the same through ipc.aio.Producer)."""
     from ipc import Producer
+    if mode == "aio":
+        return aio_produce(address, body_size, start_at, seconds)
+    batched = mode == "batch"
     bodies = [os.urandom(body_size) for _ in range(64)]
     batches = [[bodies[(k + j) % 64] for j in range(BATCH)] for k in range(4)]
     lat: list = []
     errors = collections.Counter()
     sent = 0
-    with Producer(address, timeout=30.0, window=1024) as p:
+    with Producer(address, timeout=30.0, window=1024, auto_batch=mode == "auto") as p:
         p.queue_count(TOPIC)                       # topic_info before the clock starts
-        window = window if batched else SINGLE_WINDOW
+        window = window if batched else AUTO_WINDOW if mode == "auto" else SINGLE_WINDOW
         pending: collections.deque = collections.deque()
 
         def done(fut, t0):

@@ -41,6 +41,14 @@ the median is printed: a single read of under a second moved 1.5x from run to ru
 (ours 401k-600k msgs/s, XRANGE 407k-633k). The server is stopped by its pid when done. Without
 redis-server/redis-benchmark the script says how to install them and prints our rows alone.
 
+The clients of issue 29 (benchmarks/_client_rows.py), in the same run: `auto` = `send_async`
+of one message at a time with the auto-batching defaults (docs/CLIENTS.md), up to 4,096
+awaiting their result per producer, from 1 and 16 producers (target >= 0.8x the batch100 row
+beside it; `single` rows turn auto-batching off, as sends were before); `aio` = the same
+through ipc.aio.Producer from one event loop (>= 0.8x batch100 x1). After the single consumer:
+4 consumer-group member processes reading their shares (>= 1.5x one consumer), and the asyncio
+consumer (>= 0.8x).
+
 MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
 ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
 consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms.
@@ -49,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -57,7 +64,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -74,9 +80,12 @@ from _pipeline_side import (                                                  # 
     batch_window, consume, percentile, produce_worker, warm_worker, worker_ready,
 )
 from _echo_floor import EchoServer, echo_worker                               # noqa: E402
+from _client_rows import aio_consume, group_consume                           # noqa: E402
+from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
 from _redis_peer import print_redis, timed_xadd                               # noqa: E402
 
 MANY = 16
+GROUP_MEMBERS = 4
 READ_REPEATS = 3                 # reads (ours and XRANGE) per case; the median is kept
 INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows are skipped. "
                 "On Debian: apt-get install -y redis-server redis-tools (its system service "
@@ -155,91 +164,7 @@ def run_redis(root: str, plan: Plan) -> dict:
     return out
 
 
-# ---- other processes on the machine --------------------------------------------------------
 
-class ForeignLoad(threading.Thread):
-    """Samples, twice a second, the CPU time used by processes that are not this one or its
-    descendants (the stores, producers and Redis are descendants): on 2 CPUs a neighbour's test
-    run or build moves every number, so the run reports how busy the rest of the machine was.
-
-    A sample walks every process (about 7 ms of CPU here). That burst lands on the 1% tail a
-    one-in-flight probe reports (p99 1.2-2.3 ms with it, 0.9-1.5 ms without, scratch runs),
-    so probes run `paused()`: no sample is taken, and the next one counts the CPU time used
-    meanwhile (the times are cumulative); only a process that starts and ends within the pause
-    goes uncounted."""
-
-    def __init__(self, interval: float = 0.5):
-        super().__init__(name="foreign-load", daemon=True)
-        import psutil
-        self.psutil = psutil
-        self.interval = interval
-        self.stop_event = threading.Event()
-        self.cpu_seconds = 0.0
-        self.top: collections.Counter = collections.Counter()
-        self.t0 = time.monotonic()
-        self.seconds = 0.0
-        self.pauses = 0                     # paused() blocks open: no sample while above 0
-
-    def _sample(self) -> dict:
-        ps = self.psutil
-        me = ps.Process()
-        ours = {me.pid} | {c.pid for c in me.children(recursive=True)}
-        out = {}
-        boot = ps.boot_time()              # create_time is boot_time + the start in ticks
-        for p in ps.process_iter(["pid", "cpu_times", "cmdline", "create_time"]):
-            if p.info["pid"] in ours or p.info["cpu_times"] is None:
-                continue
-            t = p.info["cpu_times"]
-            out[p.info["pid"]] = (t.user + t.system, " ".join(p.info["cmdline"] or [])[:80],
-                                  (p.info["create_time"] or boot) - boot)
-        return out
-
-    def run(self) -> None:
-        """Add up each process's CPU time since the last sample; a process first seen now
-        counts whole if it started after the sampler did (else only from now on). Start times
-        are compared as seconds since boot (psutil's boot time is whole seconds) to within
-        a clock tick."""
-        started = time.clock_gettime(time.CLOCK_BOOTTIME) - 0.02
-        before = self._sample()
-        while not self.stop_event.wait(self.interval):
-            if self.pauses:
-                continue
-            now = self._sample()
-            for pid, (cpu, name, created) in now.items():
-                prev = before.get(pid)
-                delta = cpu - prev[0] if prev else (cpu if created >= started else 0.0)
-                if delta > 0:
-                    self.cpu_seconds += delta
-                    self.top[name] += delta
-            before = now
-
-    @contextlib.contextmanager
-    def paused(self):
-        """No sample while the block runs (a latency probe)."""
-        self.pauses += 1
-        try:
-            yield
-        finally:
-            self.pauses -= 1
-
-    def finish(self) -> dict:
-        self.stop_event.set()
-        self.join()
-        self.seconds = time.monotonic() - self.t0
-        return {"foreign_cpus": self.cpu_seconds / self.seconds if self.seconds else 0.0,
-                "wall_seconds": self.seconds,
-                "top": [(name, round(cpu, 1)) for name, cpu in self.top.most_common(3)]}
-
-
-def print_foreign(f: dict, file=sys.stdout) -> None:
-    print(f"CPU used by processes outside this benchmark: {f['foreign_cpus']:.2f} of {os.cpu_count()} "
-          f"CPUs on average over {f['wall_seconds']:.0f} s", file=file)
-    if f["foreign_cpus"] > 0.2:
-        print("WARNING: the machine was shared; rates are lower and noisier than on an idle machine. "
-              "Busiest: " + "; ".join(f"{n} ({c} CPU-s)" for n, c in f["top"]), file=file)
-
-
-# ---- the runs ------------------------------------------------------------------------------
 
 @dataclass
 class Row:
@@ -258,6 +183,7 @@ class Row:
     flush: str = ""
     batched: bool = False
     producers: int = 0
+    mode: str = ""                 # single, batch, auto, aio (produce rows)
 
     @property
     def ratio(self) -> float | None:
@@ -280,10 +206,10 @@ class PipelineBench:
             admin.create_topic(TOPIC, QUEUES)
         return store
 
-    def produce(self, store: StoreProcess, size: int, batched: bool, producers: int,
+    def produce(self, store: StoreProcess, size: int, mode: str, producers: int,
                 seconds: float, one_at_a_time: bool = False) -> tuple[float, dict]:
         start_at = time.monotonic() + 0.5 + 0.05 * producers
-        jobs = [self.pool.apply_async(produce_worker, (store.address, size, batched, start_at, seconds,
+        jobs = [self.pool.apply_async(produce_worker, (store.address, size, mode, start_at, seconds,
                                                        one_at_a_time, batch_window(producers)))
                 for _ in range(producers)]
         results = [j.get(timeout=seconds + 300) for j in jobs]
@@ -301,24 +227,25 @@ class PipelineBench:
                          "p50_ms": percentile(lat, 0.50) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3,
                          "requests": len(lat), "errors": dict(errors)}
 
-    def run_case(self, size: int, flush: str, batched: bool, producers: int) -> None:
+    def run_case(self, size: int, flush: str, mode: str, producers: int) -> None:
+        batched = mode == "batch"
         label = (f"produce {size_name(size)} {FLUSH_SHORT[flush]} "
-                 f"{'batch' + str(BATCH) if batched else 'single'} x{producers}")
+                 f"{'batch' + str(BATCH) if batched else mode} x{producers}")
         store = self.fresh_store(flush)
         try:
-            _, r = self.produce(store, size, batched, producers, self.plan.produce_s)
+            _, r = self.produce(store, size, mode, producers, self.plan.produce_s)
             row = Row(label, r["acked"] / r["seconds"], r["bytes"] / r["seconds"] / L.MB, r["p50_ms"],
                       r["p99_ms"], kind="produce", size=size, flush=flush, batched=batched,
-                      producers=producers, notes=r)
+                      producers=producers, notes=r, mode=mode)
             self.rows.append(row)
             say(f"  {label}: {L.fmt_rate(row.msgs_per_s)} msgs/s, p50 {row.p50_ms:.2f} ms, "
                 f"p99 {row.p99_ms:.2f} ms" + (f", errors {r['errors']}" if r["errors"] else ""))
-            if producers == 1 and not batched:
+            if producers == 1 and mode == "single":
                 quiet, settle = wait_quiet(store.address)
                 say(f"    store quiet {settle:.1f} s after the run (dispatched and flushed)" if quiet else
                     f"    note: the store was still dispatching or flushing {settle:.0f} s after the run")
                 with self.foreign.paused():
-                    _, p = self.produce(store, size, False, 1, self.plan.probe_s, one_at_a_time=True)
+                    _, p = self.produce(store, size, "single", 1, self.plan.probe_s, one_at_a_time=True)
                     e = self.echo_floor(size)
                 self.rows.append(Row(f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight",
                                      p["acked"] / p["seconds"], p["bytes"] / p["seconds"] / L.MB,
@@ -340,6 +267,7 @@ class PipelineBench:
                                      c["messages"] / c["seconds"], c["bytes"] / c["seconds"] / L.MB,
                                      kind="consume", size=size, flush=flush, producers=1, notes=c))
                 say(f"    consume: {c['messages']} msgs, {L.fmt_rate(c['messages'] / c['seconds'])} msgs/s")
+                self.client_consume_rows(store, size, flush)
         finally:
             store.stop()
             shutil.rmtree(store.root, ignore_errors=True)
@@ -353,12 +281,47 @@ class PipelineBench:
         return {"round_trips": r["round_trips"], "seconds": seconds,
                 "p50_ms": percentile(lat, 0.50) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3}
 
+    def client_consume_rows(self, store: StoreProcess, size: int, flush: str) -> None:
+        """A group of GROUP_MEMBERS member processes, then the asyncio consumer, on the store
+        the single consumer just read (benchmarks/_client_rows)."""
+        start_at = time.monotonic() + 1.0
+        jobs = [self.pool.apply_async(group_consume, (store.address, GROUP_MEMBERS, QUEUES, start_at,
+                                                      self.plan.consume_s)) for _ in range(GROUP_MEMBERS)]
+        rs = [j.get(timeout=self.plan.consume_s + 120) for j in jobs]
+        g = {"messages": sum(r["messages"] for r in rs), "bytes": sum(r["bytes"] for r in rs),
+             "seconds": max(r["last"] for r in rs) - min(r["t0"] for r in rs)}
+        a = self.pool.apply_async(aio_consume, (store.address, self.plan.consume_s)).get(
+            timeout=self.plan.consume_s + 120)
+        for label, c in ((f"x{GROUP_MEMBERS} group members", g), ("aio x1 consumer", a)):
+            self.rows.append(Row(f"consume {size_name(size)} {FLUSH_SHORT[flush]} {label}",
+                                 c["messages"] / c["seconds"], c["bytes"] / c["seconds"] / L.MB,
+                                 kind="consume+", size=size, flush=flush, producers=1, notes=c))
+            say(f"    consume {label}: {c['messages']} msgs, {L.fmt_rate(c['messages'] / c['seconds'])} msgs/s")
+
     def run(self) -> None:
         for flush in self.plan.flushes:
             for size in self.plan.sizes:
-                for batched in (False, True):
+                for mode in ("single", "batch", "auto"):
                     for producers in self.plan.producers:
-                        self.run_case(size, flush, batched, producers)
+                        self.run_case(size, flush, mode, producers)
+                self.run_case(size, flush, "aio", 1)
+
+    def client_targets(self) -> None:
+        """Issue 29's targets: auto-batched (and asyncio) sends >= 0.8x the batch100 row of
+        the same size, flush type and producers; a group >= 1.5x one consumer."""
+        by = {(r.kind, r.size, r.flush, r.mode, r.producers): r for r in self.rows}
+        for r in self.rows:
+            base = None
+            if r.kind == "produce" and r.mode in ("auto", "aio"):
+                base, need = by.get(("produce", r.size, r.flush, "batch", r.producers)), 0.8
+            elif r.kind == "consume+":
+                base = next((b for b in self.rows if b.kind == "consume" and b.size == r.size
+                             and b.flush == r.flush), None)
+                need = 1.5 if "group" in r.workload else 0.8
+            if base is not None:
+                ratio = r.msgs_per_s / base.msgs_per_s if base.msgs_per_s else 0.0
+                r.target = f"{ratio:.2f}x ours, >= {need:g}x"
+                r.met = ratio >= need
 
     def attach_peers(self, redis: dict | None) -> None:
         for row in self.rows:
@@ -454,6 +417,7 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     bench.attach_peers(redis)
+    bench.client_targets()
     elapsed = time.perf_counter() - started
     cpu_use = foreign.finish()
     print()

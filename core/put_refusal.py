@@ -33,7 +33,7 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
         items = [(m, m.body, None) for m in messages]
     for i, (msg, body, uniq_key) in enumerate(items):
         where = f"message {i} of the batch: " if batch else ""
-        problem = _problem(msg, body, uniq_key, max_message_size, batch)
+        problem = message_problem(msg, body, uniq_key, max_message_size, batch)
         if problem:
             return where + problem
     if status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED:
@@ -41,7 +41,9 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
     return FALLBACK
 
 
-def _problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | None:
+def message_problem(msg, body, uniq_key, max_message_size: int, batch: bool) -> str | None:
+    """The first rule one message breaks (None: none), the same rules the store applies: the
+    auto-batching producer (ipc/accumulator.py) asks it to send such a message on its own."""
     if batch and has_delay_level(msg.properties):
         return "a batch takes no delay level (property DELAY) and no timer, as RocketMQ's"
     if batch and msg.sys_flag & SYSFLAG_TRANSACTION_MASK:

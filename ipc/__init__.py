@@ -1,5 +1,6 @@
 """mqstore's wire protocol, socket helpers, shared-memory control block and the client library:
-`from ipc import Producer, Consumer, Admin` (docs/PROTOCOL.md is the contract they speak).
+`from ipc import Producer, Consumer, Admin` (docs/PROTOCOL.md is the contract they speak;
+docs/CLIENTS.md their knobs), and the asyncio ones: `from ipc import aio`.
 
 The client classes are imported on first use, so that services importing `ipc.protocol` or
 `ipc.control_block` do not load them.

@@ -1,5 +1,5 @@
 """`Admin`: the operator's view of a running store through docs/PROTOCOL.md: topics, queue
-offsets, consumer lag, group offsets, messages by key, id or physical offset, status and stop.
+offsets, consumer lag, group offsets and members, messages by key, id or physical offset, status and stop.
 
 Every method is one synchronous request (one per topic for `consumer_lag` without a topic)
 and raises `ipc.MQError` for an error reply, except the lookups that answer "not there" with
@@ -86,10 +86,18 @@ class Admin:
         self._conn.call("reader", "commit_offset", group=group, topic=topic, queue_id=queue_id,
                         offset=int(offset))
 
+    def groups(self) -> list:
+        """Every consumer group with members: [{"group", "topic", "generation", "members":
+        [{"member_id", "client", "queues", "expires_in_ms"}]}] (docs/PROTOCOL.md, `groups`)."""
+        return self._conn.call("reader", "groups").get("groups", [])
+
     def consumer_lag(self, group: str, topic: str | None = None) -> dict:
         """The group's lag on `topic`: {"queues": [{"queue_id", "consumer_offset", "max_offset",
-        "lag"}], "total_lag"}. Without `topic`, on every topic the group committed an offset of
-        (RocketMQ's consumer progress): {"topics": {topic: that map}, "total_lag"}."""
+        "lag", "owner"}], "total_lag"}, and while the group has members on the topic its
+        "generation" and "members" ([{"member_id", "client", "queues", "expires_in_ms"}]; a
+        queue's "owner" is the member reading it). Without `topic`, on every topic the group
+        committed an offset of (RocketMQ's consumer progress): {"topics": {topic: that map},
+        "total_lag"}."""
         if topic is not None:
             return self._strip(self._conn.call("reader", "consumer_lag", group=group, topic=topic))
         topics = {}

@@ -11,6 +11,7 @@ import concurrent.futures
 import math
 import numbers
 import os
+import threading
 
 from ipc.protocol import ERROR, ErrorCode
 
@@ -169,3 +170,26 @@ class ReplyFuture(concurrent.futures.Future):
         if not self.done():
             self._conn.wait(self.done, timeout)
         return super().exception(0)
+
+
+_SHARED_CONDITION = threading.Condition()      # reentrant: concurrent.futures.wait takes it per future
+_PENDING = concurrent.futures._base.PENDING
+
+
+class MessageFuture(ReplyFuture):
+    """A ReplyFuture without a lock of its own: all of them share one Condition, so that the
+    future of each auto-batched message costs an object rather than a Condition and its RLock
+    (timeit on the 2-core VM: 3.8 us to make and complete a ReplyFuture, 1.9 us for this one).
+    Waiting goes through the
+    connection (ReplyFuture.result), never through the shared condition's wait, so a wakeup
+    meant for another future cannot end a wait early; concurrent.futures.wait and
+    as_completed still work (they take each future's condition, the same reentrant one)."""
+
+    def __init__(self, conn):                   # Future.__init__ is not called: no Condition
+        self._condition = _SHARED_CONDITION
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+        self._conn = conn

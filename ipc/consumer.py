@@ -32,8 +32,15 @@ seek abandons the queue's outstanding pulls and drops its buffered messages. Wit
 `tag_filter` the reader filters by tag hash code and the client re-checks the tag string (hash
 codes can collide). Offsets are committed every `auto_commit_interval_ms` by `poll` (positions
 of messages returned by earlier polls), by `commit()`, and at `close()`. Queues are assigned
-explicitly (`queues=`) or all of the topic's; there is no rebalancing between the members of a
-group. A Consumer is meant for one thread.
+explicitly (`queues=`: no membership, as before), or by the group (`mode="clustering"`, the
+default, as RocketMQ's clustering consumption: the consumer joins the group at the reader and
+reads the queues the reader gives it, ipc/rebalance.py), or all of the topic's
+(`mode="broadcasting"`, as RocketMQ's BROADCASTING: every consumer reads every queue and keeps
+its offsets itself: nothing is committed to the store, `committed()` and `positions()` say
+where it is, and with `offset_file=PATH` commits go to that JSON file, from which the next
+consumer started with it continues, as RocketMQ's LocalFileOffsetStore). A member must poll at least once per `session_timeout_ms` (its heartbeats go
+out from `poll`, every `heartbeat_interval_ms`), as Kafka's max.poll.interval.ms asks. A
+Consumer is meant for one thread.
 
 Arguments are checked before anything is sent (TypeError for a wrong type, ValueError for a
 wrong value, naming the argument): `timeout` is a finite number of seconds above 0,
@@ -55,6 +62,10 @@ import time
 from core.subscription import subscription_tags
 from ipc.client_common import check_int, check_timeout, check_wait_ms
 from ipc.connection import Connection, ConnectionClosed, MQError, raise_for_error
+from ipc.group_member import (BROADCASTING, CLUSTERING, DEFAULT_HEARTBEAT_INTERVAL_MS,
+                              DEFAULT_SESSION_TIMEOUT_MS, GroupMembership)
+from ipc.local_offsets import load_offsets, save_offsets
+from ipc.rebalance import Rebalancer
 from ipc.protocol import ERROR, ErrorCode
 from ipc.pulls import RETRY_S, PullPipeline, QueueCursor
 
@@ -72,9 +83,14 @@ class Consumer:
                  store: str | None = None, auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  max_msgs: int = 256, max_in_flight: int = 16, long_poll_ms: int = 2000,
                  max_buffered: int = 8192, timeout: float = 10.0, connection: Connection | None = None,
-                 pipeline_depth: int = 4):
+                 pipeline_depth: int = 4, mode: str = CLUSTERING,
+                 session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+                 heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+                 offset_file: str | None = None):
         if not group or not topic:
             raise ValueError("a Consumer needs a group and a topic")
+        if mode not in (CLUSTERING, BROADCASTING):
+            raise ValueError(f"mode must be {CLUSTERING!r} or {BROADCASTING!r}, not {mode!r}")
         if start not in ("earliest", "latest"):
             raise ValueError(f"start must be 'earliest' or 'latest', not {start!r}")
         if not 1 <= max_msgs <= 1024:
@@ -97,6 +113,15 @@ class Consumer:
         self.max_buffered = max_buffered
         self.timeout = timeout
         self._wanted = sorted(set(int(q) for q in queues)) if queues is not None else None
+        self.mode = mode
+        self.broadcasting = mode == BROADCASTING          # offsets kept here, not committed
+        if offset_file is not None and not self.broadcasting:
+            raise ValueError("offset_file is for mode='broadcasting': a group's offsets are the store's")
+        self.offset_file = offset_file
+        self._local = load_offsets(offset_file, group, topic) if offset_file else {}
+        member = GroupMembership(group, topic, session_timeout_ms, heartbeat_interval_ms) \
+            if queues is None and mode == CLUSTERING else None
+        self._group = Rebalancer(self, member) if member is not None else None
         self._states: dict = {}
         self._order: list = []
         self._next_discover = 0.0
@@ -121,6 +146,9 @@ class Consumer:
 
     # -- assignment ----------------------------------------------------------------------
     def _discover(self) -> None:
+        if self._group is not None:                  # a member: the reader assigns the queues
+            self._next_discover = self._group.beat()
+            return
         try:
             count = self._conn.call("reader", "topic_info", topic=self.topic)["queues"]
         except MQError as e:
@@ -147,13 +175,22 @@ class Consumer:
         if env.get("status") != ERROR:
             bounds = {e["queue_id"]: (e["min_offset"], e["max_offset"]) for e in env.get("queues", ())}
         for q, fut in zip(qids, fetches):
-            committed = raise_for_error(fut.result()[0], "fetch_offset").get("offset", -1)
+            committed = raise_for_error(fut.result()[0], "fetch_offset").get("offset", -1) \
+                if not self.broadcasting else self._local.get(q, -1)   # broadcasting: its own
             lo, hi = bounds.get(q, (0, 0))
             newer = self.start == "earliest" or self._discovered    # appeared after the start
             offset = committed if committed >= 0 else (lo if newer else hi)
             st = QueueCursor(q, offset, committed, missing=q not in bounds)
             self._states[q] = st
             self._order.append(st)
+
+    def rebalance(self) -> list:
+        """A group member: send its heartbeat now and apply the answer (queues gained, queues
+        let go after their commit) instead of at the next interval; the assignment."""
+        self._check_open()
+        if self._group is not None:
+            self._next_discover = self._group.beat()
+        return self.assignment()
 
     def assignment(self) -> list:
         """The queue ids this consumer reads."""
@@ -255,16 +292,26 @@ class Consumer:
                     self._pulls.give_back(batch[state[1]:], {st.queue_id: st for st in self._order})
 
     # -- offsets -------------------------------------------------------------------------
-    def _commit_requests(self) -> list:
+    def _commit_requests(self, cursors=None) -> list:
+        """Commit requests of the positions of `cursors` (default every queue). A member's
+        commits name it (the reader takes them only from the queue's owner); broadcasting
+        keeps them here."""
         sent = []
         held = self._not_yet_yielded()
-        for st in self._order:
+        member = self._group.fields() if self._group is not None else {}
+        for st in self._order if cursors is None else cursors:
             pos = held.get(st.queue_id, st.position)
             if pos >= 0 and pos != st.committed and not st.missing:
+                if self.broadcasting:
+                    st.committed = self._local[st.queue_id] = pos
+                    continue
                 fut = self._conn.request("reader", "commit_offset", {
-                    "group": self.group, "topic": self.topic, "queue_id": st.queue_id, "offset": pos})
+                    "group": self.group, "topic": self.topic, "queue_id": st.queue_id, "offset": pos,
+                    **member})
                 sent.append((st, pos, fut))
         self._last_commit = time.monotonic()
+        if self.offset_file and self._local:
+            save_offsets(self.offset_file, self.group, self.topic, self._local)
         return sent
 
     def _commit_async(self) -> None:
@@ -289,8 +336,8 @@ class Consumer:
         self._check_open()
         return self._commit_now()
 
-    def _commit_now(self) -> dict:
-        for st, pos, fut in self._commit_requests():
+    def _commit_now(self, cursors=None) -> dict:
+        for st, pos, fut in self._commit_requests(cursors):
             raise_for_error(fut.result()[0], "commit_offset")
             st.committed = pos
         return self.committed()
@@ -354,6 +401,8 @@ class Consumer:
         except Exception as e:
             log.warning("final commit of %s/%s failed: %s", self.group, self.topic, e)
         finally:
+            if self._group is not None and not self._conn.closed:
+                self._group.leave()                  # the others take its queues at once
             if self._own:
                 self._conn.close()
 

@@ -1,11 +1,15 @@
 """`Producer`: puts messages into a running store (docs/PROTOCOL.md, appender ops `put` and
 `put_batch`).
 
-Every message gets a `UNIQ_KEY` property, as RocketMQ's MessageClientIDSetter does: 32
-upper-case hex digits, 20 fixed per process (IPv4 address, pid, 4 random bytes) and 12 per
-message (milliseconds since the start of the month, 8 digits, and a 16-bit counter). At most
-65,536 keys are issued per millisecond value (the clock used is never allowed to go back), so
-keys of one process never repeat; the random part separates processes on one host.
+Every message gets a `UNIQ_KEY` property, as RocketMQ's MessageClientIDSetter does
+(ipc/uniq_keys.py).
+
+Auto-batching (on by default, `auto_batch=False` turns it off): `send_async` messages are
+gathered per topic and queue into `put_batch` requests, as RocketMQ 5's producer `autoBatch`
+and Kafka's accumulator do (ipc/accumulator.py has the rules, ipc/auto_batch.py the threads);
+`linger_ms` (10), `batch_max_bytes` (32 KiB) and `buffer_max_bytes` (32 MiB) are RocketMQ 5's
+defaults (docs/CLIENTS.md). Each message still gets its own SendResult. `send` and the batch
+sends go out at once, as before.
 
 Queue selection, in order: an explicit `queue_id`; a `sharding_key`, hashed as RocketMQ's
 SelectMessageQueueByHash (`abs(String.hashCode) % queues`) so that one key always lands on
@@ -41,137 +45,26 @@ the argument. A batch of bodies is checked once per call, not per message.
 """
 from __future__ import annotations
 
-import os
 import random
-import socket
-import threading
 import time
-import weakref
 
 from core.hashing import java_hash
 from core.key_block import KeyBlock
 from core.message import Message
 from core.status import PutMessageStatus
-from ipc.client_common import check_int, check_timeout
+from ipc.accumulator import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS
+from ipc.auto_batch import AutoBatcher
+from ipc.client_common import check_int, check_timeout, check_wait_ms
 from ipc.connection import Connection, MQError, PeerUnreachable
 from ipc.put_fields import (EMPTY_BODY, as_body, check_send_topic, check_tags, delay_properties, keys_field,
                             properties_field)
 from ipc.protocol import ErrorCode
 from ipc.send_result import SendResult, parse_send_reply
+from ipc.uniq_keys import UNIQ_KEY, UNIQ_KEYS, UniqKeyGenerator  # noqa: F401  (re-exported)
 
-UNIQ_KEY = "UNIQ_KEY"
 TOPIC_INFO_TTL_S = 30.0
 UNKNOWN_TOPIC_TTL_S = 1.0
-_KEYS_PER_MS = 0x10000
-_HEX1 = [f"{i:X}" for i in range(16)]
-_HEX3 = [f"{i:03X}" for i in range(4096)]
-_HEX3B = [x.encode() for x in _HEX3]
-_RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
-
-
-def _local_ipv4() -> bytes:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))        # no packet is sent for a UDP connect
-            return socket.inet_aton(s.getsockname()[0])
-    except OSError:
-        return socket.inet_aton("127.0.0.1")
-
-
-def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
-    """(start of this month, start of the next), local time, in ms since the epoch."""
-    t = time.localtime(now_ms / 1000.0)
-    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-    return int(start * 1000), int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
-
-
-_GENERATORS: "weakref.WeakSet[UniqKeyGenerator]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for gen in list(_GENERATORS):
-        gen._lock = threading.Lock()  # another thread of the parent may have held it
-        gen._prefix = ""
-
-
-class UniqKeyGenerator:
-    """Thread-safe source of UNIQ_KEY values (see the module docstring for the layout). The
-    fixed part is made on first use and again in a forked child (an at-fork hook forgets it)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._prefix = ""
-        self._ms = 0
-        self._used = 0
-        self._counter = random.getrandbits(16)
-        self._month = (0, 0)          # (this month's start, next month's start) in ms
-        self._head_ms = -1            # the millisecond that _head (the first 28 digits) is of
-        self._head = ""
-        _GENERATORS.add(self)
-
-    def _fixed(self) -> str:
-        if not self._prefix:          # first use, or a forked child
-            self._prefix = (_local_ipv4() + (os.getpid() & 0xFFFF).to_bytes(2, "big")
-                            + os.urandom(4)).hex().upper()
-        return self._prefix
-
-    def _since_month(self, ms: int) -> int:
-        start, end = self._month
-        if not start <= ms < end:
-            self._month = start, end = _month_bounds_ms(ms)
-        return (ms - start) & 0xFFFFFFFF
-
-    def _reserve(self, take: int) -> tuple[str, int]:
-        """(the first 28 digits, the first counter) of `take` keys under one time value (the
-        caller holds the lock)."""
-        ms = max(time.time_ns() // 1_000_000, self._ms)
-        if ms == self._ms and self._used + take > _KEYS_PER_MS:
-            ms += 1                                   # this millisecond is used up
-        if ms != self._ms:
-            self._ms, self._used = ms, 0
-        self._used += take
-        start = self._counter
-        self._counter = (start + take) & 0xFFFF
-        if ms != self._head_ms or not self._prefix:   # a new millisecond, or a forked child
-            self._head_ms = ms
-            self._head = self._fixed() + "%08X" % self._since_month(ms)
-        return self._head, start
-
-    def next_keys(self, n: int) -> list:
-        """`n` fresh keys, consecutive counters under one time value where possible."""
-        return self.next_key_block(n).keys()
-
-    def next_key_block(self, n: int) -> KeyBlock:
-        """`next_keys(n)` as one core.key_block.KeyBlock: ASCII bytes back to back, no string
-        per key (what a batch of bodies sends as `uniq_key_block`)."""
-        parts = []
-        count = n
-        while n > 0:
-            take = min(n, _KEYS_PER_MS)
-            with self._lock:
-                head, c = self._reserve(take)
-            left = take
-            while left:
-                lo = c & 0xFFF
-                k = min(left, 4096 - lo)
-                h = (head + _HEX1[c >> 12]).encode()
-                parts.append(h + h.join(_HEX3B[lo:lo + k]))     # h t0 h t1 ... h tk-1
-                left -= k
-                c = (c + k) & 0xFFFF
-            n -= take
-        return KeyBlock(b"".join(parts), count)
-
-    def next_key(self) -> str:
-        """One fresh key: `next_keys(1)[0]` without the list (every single send takes one)."""
-        with self._lock:
-            head, c = self._reserve(1)
-        return head + _HEX1[c >> 12] + _HEX3[c & 0xFFF]
-
-
-UNIQ_KEYS = UniqKeyGenerator()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
 def shard_queue(sharding_key, queue_count: int) -> int:
@@ -206,31 +99,47 @@ class QueueSelector:
         return c % count
 
 
+def message_fields(body, tags=None, keys=None, properties=None, flag=0,
+                   uniq_key: str | None = None) -> tuple[dict, bytes, str]:
+    """(meta, frame, uniq_key) of one message: `meta` the per-message fields as a `put` and
+    each map of a `put_batch`'s `messages` carry them (properties with the message's UNIQ_KEY,
+    flag, tags, keys), the body frame, the key. The one place a send's properties are built.
+    TypeError or ValueError for tags, keys, properties or a body of the wrong type or value."""
+    check_tags(tags)
+    props = properties_field(properties)
+    uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
+    props[UNIQ_KEY] = uniq
+    meta = {"properties": props}
+    if flag:
+        meta["flag"] = flag
+    if tags is not None:
+        meta["tags"] = tags
+    if keys is not None:
+        meta["keys"] = keys_field(keys)
+    frame = as_body(body)
+    if not frame:
+        raise ValueError(EMPTY_BODY)
+    return meta, frame, uniq
+
+
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
     """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body or a topic
     no client may send to (core.topics.send_topic_problem); TypeError or ValueError for tags,
     keys, properties or queue_id of the wrong type or value (module docstring)."""
     check_send_topic(topic)
-    check_tags(tags)
-    props = properties_field(properties)
-    uniq = props.get(UNIQ_KEY) or uniq_key or UNIQ_KEYS.next_key()
-    props[UNIQ_KEY] = uniq
-    fields = {"topic": topic, "properties": props, "coalesce": True}   # combined replies welcome
+    meta, frame, uniq = message_fields(body, tags, keys, properties, flag, uniq_key)
+    return put_request(topic, meta, queue_id, wait), [frame], uniq
+
+
+def put_request(topic: str, meta: dict, queue_id=None, wait=True) -> dict:
+    """The fields of a `put` of one message made by `message_fields`."""
+    fields = {"topic": topic, **meta, "coalesce": True}              # combined replies welcome
     if queue_id is not None:
         fields["queue_id"] = check_int(queue_id, "queue_id")
-    if flag:
-        fields["flag"] = flag
-    if tags is not None:
-        fields["tags"] = tags
-    if keys is not None:
-        fields["keys"] = keys_field(keys)
     if not wait:
         fields["wait"] = False
-    frame = as_body(body)
-    if not frame:
-        raise ValueError(EMPTY_BODY)
-    return fields, [frame], uniq
+    return fields
 
 
 def _message_meta(m: Message, uniq: str) -> dict:
@@ -316,14 +225,21 @@ class Producer:
 
     def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
                  window: int = 256, retries: int = 2, default_topic_queues: int | None = None,
-                 connection: Connection | None = None):
+                 connection: Connection | None = None, auto_batch: bool = True,
+                 linger_ms: float = DEFAULT_LINGER_MS, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+                 buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES):
         timeout = check_timeout(timeout)
+        linger_ms = check_wait_ms(linger_ms, "linger_ms")
+        batch_max_bytes = check_int(batch_max_bytes, "batch_max_bytes", 1)
+        buffer_max_bytes = check_int(buffer_max_bytes, "buffer_max_bytes", 1)
         self._conn = connection or Connection(address, store=store, timeout=timeout, window=window)
         self._own = connection is None
         self.retries = retries
         self.default_topic_queues = default_topic_queues
         self._queues: dict = {}         # topic -> (queue count or None, expires at)
         self._selector = QueueSelector(self.queue_count)
+        self._batcher = AutoBatcher(self._conn, linger_ms, batch_max_bytes, buffer_max_bytes,
+                                    self.select_queue) if auto_batch else None
 
     @property
     def connection(self) -> Connection:
@@ -374,12 +290,26 @@ class Producer:
     def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
                    sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
                    delay_level: int | None = None, deliver_at=None, delay_ms: int | None = None):
-        """Send one message; a Future of its SendResult. Many may be in flight; with `window`
-        requests in flight this waits for a reply first, and while the store's appender is
-        unreachable it waits for it (TimeoutError after `timeout`, the message not sent).
-        `delay_level`, `deliver_at`, `delay_ms`: deliver it later (ipc.put_fields.delay_properties)."""
+        """Send one message; a Future of its SendResult. With auto-batching (the default) the
+        message joins its topic's and queue's open batch (ipc/accumulator.py), which goes out
+        when full, when its linger expires, on flush() and on close(); a full buffer makes
+        this wait for room up to `timeout` (TimeoutError, the message not taken). Without it,
+        one `put` per message: with `window` requests in flight this waits for a reply first,
+        and while the store's appender is unreachable it waits for it (TimeoutError after
+        `timeout`, the message not sent). `delay_level`, `deliver_at`, `delay_ms`: deliver it
+        later (ipc.put_fields.delay_properties; such a message is sent alone, as a batch may
+        not carry one)."""
         timeout = _send_timeout(timeout)
         properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
+        if self._batcher is not None:
+            check_send_topic(topic)
+            meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
+            if queue_id is not None:
+                queue_id = check_int(queue_id, "queue_id")
+            elif sharding_key is not None:
+                queue_id = self.select_queue(topic, None, sharding_key)
+            return self._batcher.add(topic, queue_id, wait, meta, frame, uniq,
+                                     self._conn.timeout if timeout is None else timeout)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
         self._route(fields, topic, queue_id, sharding_key)
         return self._conn.request("appender", "put", fields, frames, timeout,
@@ -418,11 +348,14 @@ class Producer:
 
     def _route(self, fields: dict, topic: str, queue_id, sharding_key) -> None:
         """Put the selected queue into a request's fields (encoded and checked first, so that
-        nothing is asked of the store, a topic created, for arguments that are refused)."""
+        nothing is asked of the store, a topic created, for arguments that are refused). The
+        queue's lingering `send_async` messages are sent first: they were sent before."""
         if queue_id is None:
-            qid = self.select_queue(topic, None, sharding_key)
-            if qid is not None:
-                fields["queue_id"] = qid
+            queue_id = self.select_queue(topic, None, sharding_key)
+            if queue_id is not None:
+                fields["queue_id"] = queue_id
+        if self._batcher is not None and "queue_id" in fields:
+            self._batcher.send_ahead(topic, fields["queue_id"])
 
     def _send_with_retries(self, op, fields, frames, timeout, transform) -> SendResult:
         attempt = 0
@@ -439,19 +372,30 @@ class Producer:
                 if attempt >= self.retries or self._conn.closed:
                     raise
             else:
-                if result.status not in _RETRY_STATUSES or attempt >= self.retries:
+                if result.status not in RETRY_STATUSES or attempt >= self.retries:
                     return result
                 time.sleep(0.05 * (2 ** attempt))
             attempt += 1
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every request sent so far is answered (or timed out)."""
-        return self._conn.wait(lambda: self._conn.in_flight == 0, timeout)
+        """Send every open batch and wait until every message and request sent so far is
+        answered (or timed out); False when `timeout` passed first."""
+        batcher = self._batcher
+        if batcher is None:
+            return self._conn.wait(lambda: self._conn.in_flight == 0, timeout)
+        batcher.send_open()
+        return self._conn.wait(lambda: batcher.idle() and self._conn.in_flight == 0, timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Wait for the replies of requests already sent (up to `timeout`, default the request
-        timeout), then close the connection if this producer opened it."""
-        if self._own and not self._conn.closed:
+        """Send the open batches and wait for the replies of requests already sent (up to
+        `timeout`, default the request timeout), then close the connection if this producer
+        opened it."""
+        if self._conn.closed:
+            return
+        if self._batcher is not None:
+            self.flush(self._conn.timeout if timeout is None else timeout)
+            self._batcher.stop()
+        if self._own:
             self.flush(self._conn.timeout if timeout is None else timeout)
             self._conn.close()
 

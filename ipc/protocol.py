@@ -29,6 +29,8 @@ class ErrorCode(enum.IntEnum):
     UNAVAILABLE = 7            # the service cannot serve now (starting, draining, slave)
     INTERNAL = 8               # a bug: logged with a traceback on the server
     TOO_MANY_FRAMES = 9        # body frame count does not match the request
+    UNKNOWN_MEMBER = 10        # no such member of the group (session ended, left, never joined)
+    NOT_QUEUE_OWNER = 11       # a member's offset commit for a queue it does not own (any more)
 
 
 class ProtocolError(Exception):

@@ -43,6 +43,9 @@ def _name(env: dict, key: str, code: ErrorCode = ErrorCode.BAD_TOPIC) -> str:
     return value
 
 
+name_field = _name                   # the same check for the group ops (services.read_groups)
+
+
 def _queue_id(env: dict, default=...) -> int:
     return field(env, "queue_id", int, default, minimum=0, maximum=INT32_MAX)
 
@@ -110,6 +113,7 @@ class ReadOps:
         self.hold = hold                             # callable(peer, rid, request, result, cursor)
         self.store_reader = BatchStoreReader(config, commitlog, cq_store, index)
         self.encoder = MetaEncoder()
+        self.groups = None                           # services.read_groups.GroupOps, or None
 
     def register(self, handlers) -> None:
         for name in ("pull", "query_by_key", "view_by_id", "look_by_offset", "offset_by_time",
@@ -267,6 +271,8 @@ class ReadOps:
         if queue_id >= len(self._known_queue_ids(topic)):   # as RocketMQ's broker: no offsets
             raise ProtocolError(ErrorCode.NOT_FOUND,          # of a queue it does not have
                                 f"unknown queue {topic}:{queue_id}")
+        if self.groups is not None:                  # a member's commit: only the owner's
+            self.groups.check_commit(env, group, topic, queue_id)
         self.offsets.commit(group, topic, queue_id, offset)
         return reply(env.get("rid", 0), OK)
 
@@ -279,13 +285,19 @@ class ReadOps:
         group, topic = _name(env, "group", ErrorCode.BAD_FIELD), _name(env, "topic")
         committed = self.offsets.group_offsets(group, topic)
         queues, total = [], 0
+        members = self.groups.describe(group, topic) if self.groups is not None else None
+        owners = {q: m["member_id"] for m in (members or {}).get("members", ()) for q in m["queues"]}
         for qid in self._known_queue_ids(topic):
             lo, hi = self._bounds(topic, qid)
             mine = committed.get(qid, -1)
             lag = max(0, hi - (mine if mine >= 0 else lo))
             total += lag
-            queues.append({"queue_id": qid, "consumer_offset": mine, "max_offset": hi, "lag": lag})
-        return reply(env.get("rid", 0), OK, {"queues": queues, "total_lag": total})
+            entry = {"queue_id": qid, "consumer_offset": mine, "max_offset": hi, "lag": lag}
+            if members:
+                entry["owner"] = owners.get(qid)
+            queues.append(entry)
+        extra = {"members": members["members"], "generation": members["generation"]} if members else {}
+        return reply(env.get("rid", 0), OK, {"queues": queues, "total_lag": total, **extra})
 
     # -- topics --------------------------------------------------------------------------
     def op_topics(self, env, frames, peer):

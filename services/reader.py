@@ -15,6 +15,7 @@ request, and wakes held pulls:
 - as a safety net for arrivals missed (a restarted reput, the SUB socket still connecting),
   held queues are re-scanned every `SWEEP_S` when DISPATCHED moved.
 Consumer offsets go to config/consumer_offsets.json at most every 100 ms and at drain.
+Consumer groups' members are kept in memory (services.read_groups, core.consumer_groups).
 
 Usage (started by the supervisor): python -m services.reader --store ROOT
 """
@@ -39,7 +40,8 @@ from ipc.sockets import ipc_endpoint, make_socket
 from services.base import ServiceLoop, run_service
 from services.read_longpoll import HeldPull, PullHoldTable
 from core.consumer_offsets import ConsumerOffsetStore
-from services.read_ops import ReadOps, wait_cursor
+from services.read_groups import GroupOps
+from services.read_ops import ReadOps, name_field, wait_cursor
 
 log = logging.getLogger("reader")
 MAX_REQUESTS_PER_WAKEUP = 512
@@ -74,6 +76,8 @@ class Reader(ServiceLoop):
                            self.topics, self._hold)
         self.handlers = Handlers()
         self.ops.register(self.handlers)
+        self.ops.groups = GroupOps(name_field, self.ops.queue_count)
+        self.ops.groups.register(self.handlers)
         self._sync_bounds()
         self._swept_dispatched = -1
         self._next_sweep = 0.0

@@ -2,6 +2,11 @@
 [--queues LIST] [--max N] [--json] [--no-commit] [--store DIR | --address A]`: read messages
 of a topic as consumer group G.
 
+With `--follow` (and no `--queues`) the command joins the group as a member (docs/CLIENTS.md):
+the group's members share the topic's queues, so two of them in two terminals each read half
+of them, and when one stops the other takes its queues over from the committed offsets.
+Without `--follow` it reads every queue (or `--queues`) to its end without joining.
+
 Each queue starts at the group's committed offset; a group that never committed starts at the
 oldest message (`--from earliest`, the default) or after the newest (`--from latest`). Without
 `--follow` the command stops once every queue has been read to its end; with it, it waits for
@@ -30,6 +35,7 @@ import signal
 import sys
 import threading
 
+from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.consumer import Consumer
 from ipc.received import message_to_dict
@@ -49,7 +55,8 @@ def add_parser(subparsers):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topic", required=True, metavar="T", help="topic to read")
     p.add_argument("--group", required=True, metavar="G",
-                   help="consumer group: its committed offsets say where to continue")
+                   help="consumer group: its committed offsets say where to continue; with "
+                        "--follow this command joins it and reads the queues the group gives it")
     p.add_argument("--follow", action="store_true",
                    help="keep waiting for new messages instead of stopping at the end")
     p.add_argument("--from", dest="start", choices=("earliest", "latest"), default="earliest",
@@ -84,6 +91,13 @@ def _queues(text: str | None) -> list | None:
     if queues is not None:
         check_queue_range("--queues", queues)
     return queues
+
+
+def _every_queue(address: str, topic: str, timeout: float) -> list:
+    """The topic's queue ids ([] when it does not exist yet)."""
+    with Admin(address, timeout=timeout) as admin:
+        info = admin.topic_info(topic)
+    return list(range(info["queues"])) if info else []
 
 
 def _print_batch(consumer: Consumer, msgs: list, fmt, out) -> None:
@@ -127,6 +141,8 @@ def run(args) -> int:
         # Without --follow an empty queue is the end: the reader answers at once instead of
         # holding the pull for a long poll.
         # Found through --store, the consumer follows a store restarted on other ports.
+        if queues is None and not args.follow:
+            queues = _every_queue(address, args.topic, args.timeout)   # a one-shot read: no member
         consumer = Consumer(None if root else address, args.group, args.topic, queues=queues,
                             tag_filter=args.tag_filter, store=root, start=args.start,
                             auto_commit=not args.no_commit, timeout=args.timeout,

@@ -6,11 +6,13 @@ put messages into a running store.
 The message body is `--body TEXT` (UTF-8), or the whole content of `--file F`, sent `--count`
 times; without either, every line read from standard input is one message (its newline removed;
 empty lines are skipped and counted, as RocketMQ refuses an empty body). `--batch N` sends N
-messages per `put_batch` request (one queue per batch, stored as one unit); otherwise one `put`
-per message. Up to `--in-flight` requests are kept in flight. Tags, keys and properties apply to
-every message; each message also gets its own UNIQ_KEY. `--property` names a user property:
-RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, ...) are refused, as its
-putUserProperty refuses them.
+messages per `put_batch` request (one queue per batch, stored as one unit). `--count` without
+`--batch` sends through the producer's auto-batching (docs/CLIENTS.md: messages gathered per
+queue for up to `linger_ms`, 10 ms, or 32 KiB of bodies, each with its own result line);
+otherwise one `put` per message, up to `--in-flight` requests in flight. Tags, keys and
+properties apply to every message; each message also gets its own UNIQ_KEY. `--property` names
+a user property: RocketMQ's system property names (TAGS, KEYS, UNIQ_KEY, DELAY, WAIT, ...) are
+refused, as its putUserProperty refuses them.
 
 Delayed delivery: `--delay-level N` stores every message at RocketMQ's delay level N (the store's
 `message_delay_level`, 1s 5s 10s 30s 1m ... 2h by default; a level above the last is the last);
@@ -47,6 +49,8 @@ from supervisor.cmd_status import (
     NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
     locate,
 )
+
+AUTO_BACKLOG = 1 << 16          # messages awaiting their result under auto-batching
 
 
 def add_parser(subparsers):
@@ -239,8 +243,10 @@ def run(args) -> int:
     start = time.monotonic()
     stopped = None
     inflight = collections.deque()
+    auto = args.count is not None and args.batch == 1       # auto-batching (module docstring)
+    backlog = AUTO_BACKLOG if auto else args.in_flight
     try:
-        with Producer(address, timeout=args.timeout) as producer:
+        with Producer(address, timeout=args.timeout, auto_batch=auto) as producer:
             wait = not args.no_wait
             for chunk in _chunks(bodies, args.batch):
                 if len(chunk) > 1 or args.batch > 1:
@@ -254,7 +260,7 @@ def run(args) -> int:
                                               delay_level=args.delay_level, delay_ms=args.delay_ms)
                 tally.sent += len(chunk)
                 inflight.append((fut, len(chunk)))
-                while len(inflight) >= args.in_flight or (inflight and inflight[0][0].done()):
+                while len(inflight) >= backlog or (inflight and inflight[0][0].done()):
                     tally.settle(*inflight.popleft())
             while inflight:
                 tally.settle(*inflight.popleft())

@@ -55,7 +55,10 @@ class FrontDoor:
         eps = self.sup.endpoints
         return _reply(env, {"version": PROTOCOL_VERSION, "appender": eps["appender"],
                             "reader": eps["reader"], "store": self.sup.config.store_path_root_dir,
-                            "pid": os.getpid()})
+                            "pid": os.getpid(),
+                            # the limits a batching client keeps its batches under
+                            "max_message_size": self.sup.config.max_message_size,
+                            "mapped_file_size_commitlog": self.sup.config.mapped_file_size_commitlog})
 
     def status(self, env, frames, peer):
         return _reply(env, self.report())

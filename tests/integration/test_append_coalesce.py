@@ -73,7 +73,7 @@ def test_the_producer_takes_combined_replies(tmp_path):
     from tests.integration.supervised import SupervisedStore
     store = SupervisedStore(tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=10_000).start()
     try:
-        with Producer(store.address) as p:
+        with Producer(store.address, auto_batch=False) as p:     # one put per send_async
             warm = p.send("P", b"warm", queue_id=0)
             assert warm.ok
             wrote = store.status()["positions"]["wrote"]
