@@ -34,9 +34,9 @@ class Replicator(ServiceLoop):
         self.epochs = EpochFile(self.config.config_dir, REAL_FILE_OPS).load()
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             self.endpoint = json.load(f)["ha"]
+        self._next_status = 0.0
         self.side = SlaveSide(self) if self.cb.get(Word.SLAVE) else MasterSide(self)
         self.side.setup()
-        self._next_status = 0.0
 
     def run_once(self) -> None:
         self.side.run_once()
@@ -44,6 +44,10 @@ class Replicator(ServiceLoop):
         if now >= self._next_status:
             self._next_status = now + STATUS_INTERVAL_S
             self.emit("replication", store_id=self.epochs.store_id, **self.side.describe())
+
+    def status_now(self) -> None:
+        """Emit the `replication` event at the next loop (a slave came or went)."""
+        self._next_status = 0.0
 
     def close(self) -> None:
         self.side.close()

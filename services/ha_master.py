@@ -231,6 +231,7 @@ class MasterSide:
 
     def _count(self) -> None:
         self.cb.set(Word.HA_SLAVES, len(self.conns))
+        self.loop.status_now()
 
     def describe(self) -> dict:
         end = self.cb.get(Word.WROTE)

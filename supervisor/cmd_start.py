@@ -74,8 +74,6 @@ def load_config(args) -> StoreConfig:
         config = config.replace(broker_role=role)
     if args.master is not None:
         config = config.replace(ha_master_address=args.master)
-    if config.is_slave and not config.ha_master_address:
-        raise UsageError("--role SLAVE needs --master HOST:PORT (or ha_master_address)")
     return config
 
 
