@@ -62,6 +62,17 @@ def clip(entries, max_offset: int) -> list[tuple[int, int, str]]:
     return [e for i, e in enumerate(entries) if i == 0 or e[1] <= max_offset]
 
 
+def as_master(entries, store_id: str, max_offset: int, min_offset: int = 0) -> list:
+    """The history of a store that becomes master with its log ending at `max_offset`: as it
+    is when the newest epoch is this store's own (a restart), else with a new epoch from
+    there (a store without history: from `min_offset`, its whole log)."""
+    entries = list(entries)
+    if entries and entries[-1][2] == store_id:
+        return entries
+    start = max_offset if entries else min(min_offset, max_offset)
+    return clip(entries, max_offset) + [(last_epoch(entries) + 1, start, store_id)]
+
+
 def last_epoch(entries) -> int:
     return entries[-1][0] if entries else 0
 
@@ -129,10 +140,9 @@ class EpochFile:
         of the newest one (a restart); return the store's epoch. A store with no history (its
         first start, or one made before replication) owns its whole log: its first epoch starts
         at `min_offset`."""
-        if self.entries and self.entries[-1][2] == self.store_id:
-            return self.epoch
-        start = max_offset if self.entries else min(min_offset, max_offset)
-        self.save(clip(self.entries, max_offset) + [(self.epoch + 1, start, self.store_id)])
+        entries = as_master(self.entries, self.store_id, max_offset, min_offset)
+        if entries != self.entries:
+            self.save(entries)
         return self.epoch
 
     def adopt(self, master_entries, max_offset: int) -> None:

@@ -1,8 +1,7 @@
 """Faults on replicating stores (real `mqstore start` processes): a slave killed by SIGKILL
 while the master streams and started again catches up; the ha process killed by SIGKILL on
 either side is restarted by the supervisor and replication resumes with nothing lost; garbage
-frames on the master's replication port get error answers and crash nothing; a put stream
-that outruns the window of unacknowledged chunks still arrives whole; and the handshake's
+frames on the master's replication port get error answers and crash nothing; and the handshake's
 safety rules (a store's own id, a log without history, an acknowledgement beyond what was
 sent, a peer with a newer epoch fencing the master)."""
 from __future__ import annotations
