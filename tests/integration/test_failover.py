@@ -173,3 +173,57 @@ def test_three_stores_one_slave_promoted_the_other_follows_it(tmp_path, stores):
     assert commitlog_bytes(b.root, end, SEGMENT) == commitlog_bytes(a.root, end, SEGMENT)
     assert pull_bodies(b, "Three") == [b"%d" % i for i in range(150)]
     assert json.dumps(epochs(b)) == json.dumps(epochs(a))
+
+
+def produce_async(address: str, acked: list, stop: threading.Event, topic: str, count: int) -> None:
+    """`count` puts through the client library with a window in flight; every PUT_OK body is
+    recorded with its physical offset. Stops at the first failure once the store is gone."""
+    from ipc import Producer
+    with Producer(address) as p:
+        pending = []
+        for i in range(count):
+            if stop.is_set():
+                break
+            try:
+                pending.append((b"s%06d" % i, p.send_async(topic, b"s%06d" % i, queue_id=0, timeout=10)))
+            except (TimeoutError, ConnectionError):
+                break
+            while len(pending) > 256 or (pending and pending[0][1].done()):
+                body, fut = pending.pop(0)
+                try:
+                    result = fut.result(30)
+                except Exception:
+                    return
+                if result.status.name == "PUT_OK":
+                    acked.append((body, result.phys_offset))
+        for body, fut in pending:
+            try:
+                result = fut.result(30)
+            except Exception:
+                return
+            if result.status.name == "PUT_OK":
+                acked.append((body, result.phys_offset))
+
+
+@pytest.mark.slow
+def test_50k_sync_master_puts_master_killed_at_random_nothing_acknowledged_lost(tmp_path, stores):
+    m = master(tmp_path, role="SYNC_MASTER")
+    stores.append(m)
+    s = slave_of(tmp_path, m)
+    stores.append(s)
+    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    acked, stop = [], threading.Event()
+    producer = threading.Thread(target=produce_async, args=(m.address, acked, stop, "Big", 50_000))
+    producer.start()
+    kill_at = random.randint(5_000, 45_000)
+    assert wait_for(lambda: len(acked) >= kill_at or not producer.is_alive(), 600, 0.01)
+    m.kill()
+    stop.set()
+    producer.join(120)
+    assert len(acked) >= kill_at
+    promote(s)
+    bodies = pull_bodies(s, "Big")
+    assert bodies[:len(acked)] == [b for b, _ in acked]
+    wrote = positions(s)["wrote"]
+    assert wrote > acked[-1][1]
+    assert commitlog_bytes(s.root, wrote, SEGMENT) == commitlog_bytes(m.root, wrote, SEGMENT)
