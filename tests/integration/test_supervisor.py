@@ -21,7 +21,7 @@ from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli, pid_gone
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
-SERVICES = ["allocator", "flusher", "reput", "appender", "reader"]
+SERVICES = ["allocator", "flusher", "reput", "ha", "appender", "reader"]
 
 
 def free_port() -> int:
