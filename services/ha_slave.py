@@ -18,11 +18,13 @@ does), then hand-shakes: its store id, its epoch history (config/epochs.json) an
 A chunk that does not start where the log ends, a `reset`, a reply it did not ask for, or
 silence from the master for `ha_housekeeping_interval` ms closes the socket; a new one
 hand-shakes again after RETRY_S (RocketMQ's slave reconnects every 5 s). A chunk it cannot
-write (no segment: a full disk) is not acknowledged: the master sees the slave behind, and the
-slave hand-shakes again after RETRY_S from where it is.
+write (no segment: a full disk) is held, with those behind it, and tried again every
+RETRY_S; the slave keeps acknowledging what it has written, so the master keeps it connected
+and reports it behind until space is back.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import time
 
@@ -62,6 +64,8 @@ class SlaveSide:
         self.master_entries: list = []
         self.received_total = 0
         self.reason = ""
+        self.backlog: collections.deque = collections.deque()   # chunks not written yet (disk full)
+        self.write_retry_at = 0.0
 
     def setup(self) -> None:
         cfg, cb = self.config, self.cb
@@ -99,6 +103,7 @@ class SlaveSide:
             self.sock = None
         self.reason = why
         self.state = "idle"
+        self.backlog.clear()
         self.retry_at = now + RETRY_S
         self.cb.set(Word.HA_CONNECTED, 0)
 
@@ -123,6 +128,8 @@ class SlaveSide:
                 return
             if not self._take(msg, now):
                 return
+        if self.backlog and now >= self.write_retry_at:
+            self._write_backlog(now)
         limit = HANDSHAKE_TIMEOUT_S if self.state == "handshaking" else self.housekeeping_s
         if self.state in ("handshaking", "following") and now - self.heard > limit:
             self._disconnect(f"nothing heard for {now - self.heard:.1f} s", now)
@@ -145,21 +152,48 @@ class SlaveSide:
         self.cb.set(Word.HA_MASTER_MAX, msg.master_max)
         if isinstance(msg, wire.Heartbeat):
             return True
-        if msg.offset != self.log.written:
-            self._disconnect(f"a chunk at {msg.offset}, but the log ends at {self.log.written}", now)
-            return False
-        try:
-            boundary = self.log.apply(msg.offset, msg.data)
-        except ReplicaDamaged as e:
-            log.error("the master's bytes are not records: %s", e)
-            self._disconnect(str(e), now)
-            return False
-        except (OSError, ValueError) as e:
-            self._disconnect(f"cannot write the chunk at {msg.offset}: {e}", now)
+        expected = self.backlog[-1].offset + len(self.backlog[-1].data) if self.backlog else self.log.written
+        if msg.offset != expected:
+            self._disconnect(f"a chunk at {msg.offset}, but the log ends at {expected}", now)
             return False
         self.received_total += len(msg.data)
-        self._publish(boundary)
-        self._ack(now)
+        self.backlog.append(msg)
+        if len(self.backlog) == 1:
+            return self._write_backlog(now)
+        return True
+
+    def _write_backlog(self, now: float) -> bool:
+        """Write the chunks held, in order. A chunk that cannot be written for want of a segment
+        (the allocator cannot create one: a full disk) stays held with the ones behind it (the
+        master's window bounds them) and is tried again after RETRY_S; meanwhile the slave keeps
+        acknowledging what it has, so the master keeps it connected and reports it behind."""
+        moved = False
+        while self.backlog:
+            msg = self.backlog[0]
+            try:
+                boundary = self.log.apply(msg.offset, msg.data)
+            except ReplicaDamaged as e:
+                log.error("the master's bytes are not records: %s", e)
+                self._disconnect(str(e), now)
+                return False
+            except ValueError as e:
+                self._disconnect(f"cannot write the chunk at {msg.offset}: {e}", now)
+                return False
+            except OSError as e:
+                if self.reason != "disk":
+                    log.error("cannot write the chunk at %d (%s): holding %d chunks, trying again every "
+                              "%.0f s", msg.offset, e, len(self.backlog), RETRY_S)
+                self.reason = "disk"
+                self.write_retry_at = now + RETRY_S
+                break
+            self.backlog.popleft()
+            moved = True
+            self._publish(boundary)
+        if moved:
+            if self.reason == "disk":
+                log.info("chunks are written again from %d", self.log.written)
+                self.reason = ""
+            self._ack(now)
         return True
 
     def _welcome(self, msg: dict, now: float) -> bool:
@@ -227,7 +261,7 @@ class SlaveSide:
         master_max = self.cb.get(Word.HA_MASTER_MAX)
         return {"role": "SLAVE", "epoch": self.cb.get(Word.HA_EPOCH), "master": self.config.ha_master_address,
                 "state": self.state, "connected": self.state == "following", "reason": self.reason,
-                "written": self.log.written, "master_max": master_max,
+                "written": self.log.written, "master_max": master_max, "held_chunks": len(self.backlog),
                 "lag_bytes": max(0, master_max - self.log.written), "bytes_received": self.received_total,
                 "last_heard_s": round(time.monotonic() - self.heard, 3) if self.heard else None}
 

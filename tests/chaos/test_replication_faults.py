@@ -3,13 +3,15 @@ while the master streams and started again catches up; the ha process killed by 
 either side is restarted by the supervisor and replication resumes with nothing lost; garbage
 frames on the master's replication port get error answers and crash nothing; and the handshake's
 safety rules (a store's own id, a log without history, an acknowledgement beyond what was
-sent, a peer with a newer epoch fencing the master)."""
+sent, a peer with a newer epoch fencing the master); a slave whose disk fills stops
+acknowledging, the master reports it behind, and it catches up once space is back."""
 from __future__ import annotations
 
 import os
 import signal
 import socket
 import threading
+import time
 
 import msgpack
 import pytest
@@ -190,3 +192,31 @@ def test_handshake_safety_rules(tmp_path, stores):
     with open(m.path("logs", "ha.log")) as f:
         text = f.read()
     assert "refused slave usurper" in text and "this master is stale" in text
+
+
+def test_a_slave_whose_disk_fills_stops_acknowledging_and_resumes_when_space_is_back(tmp_path, stores):
+    from tests.integration.harness import small_tmpfs
+    from tests.integration.supervised import SupervisedStore
+    m = master(tmp_path, role="ASYNC_MASTER")
+    stores.append(m)
+    with small_tmpfs(tmp_path, "4m") as mnt:
+        filler = mnt / "filler"
+        filler.write_bytes(b"\xaa" * (2560 << 10))
+        s = SupervisedStore(tmp_path, "slave", root=str(mnt / "slave"), clean_file_forcibly_enable=False,
+                            ha_send_heartbeat_interval=200, ha_housekeeping_interval=1500)
+        s.start("--master", ha_address(m))
+        stores.append(s)
+        put_range(m, "Full", 0, 3000, pad=1000)          # about 3 MiB: more than the slave has
+        end = positions(m)["wrote"]
+        assert wait_for(lambda: "disk_full" in s.status()["flags"], 60, 0.05)
+        time.sleep(1.0)
+        behind = m.status()["replication"]["slaves"]
+        assert behind and behind[0]["acked"] < end and behind[0]["lag_bytes"] > 0
+        still = m.status()["replication"]["slaves"]
+        assert not still or still[0]["acked"] == behind[0]["acked"]          # it stopped acknowledging
+        assert s.service("ha")["state"] == "RUNNING"                         # no crash
+        filler.unlink()                                                      # space is back
+        wait_caught_up(s, m, timeout=120)
+        assert commitlog_bytes(s.root, end, SEGMENT) == commitlog_bytes(m.root, end, SEGMENT)
+        assert pull_bodies(s, "Full") == bodies(0, 3000, pad=1000)
+        assert s.stop() == 0
