@@ -22,13 +22,11 @@ zeroed durably, [DISPATCHED, WROTE) re-validated, the topic-queue table rebuilt 
 consume queues (read-only) and those records, the pool buffer of the current segment
 re-attached; the endpoint is bound only then.
 
-A SYNC_MASTER answers a waiting put only once a slave acknowledged past its last byte
-(services/append_replica: group commit on the ha process's `acked` publications,
-FLUSH_SLAVE_TIMEOUT after `slave_timeout`, SLAVE_NOT_AVAILABLE at once with no slave in sync);
-under SYNC_FLUSH after the flush first. After each round that wrote, while slaves are
-connected, a `wrote` wakeup goes to the ha process so that it streams the new bytes at once.
-On a slave (the SLAVE word at start) it opens no segment and refuses every put; a role change
-restarts it (supervisor/replication.py).
+A SYNC_MASTER answers a waiting put once a slave acknowledged it (services/append_replica),
+after the flush under SYNC_FLUSH; while slaves are connected each round that wrote pushes a
+`wrote` wakeup to the ha process. On a slave (SLAVE at start) it opens no segment and refuses
+every put; a role change restarts it (supervisor/replication.py). `create_topic` and
+`topic_info` are services/append_topics.
 
 Put replies to a client that asks for it (`"coalesce": true`) are held to the end of the round
 and sent together (services/append_outbox).
@@ -52,9 +50,9 @@ from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
 from core.put_refusal import refusal_reason
-from core.topics import TopicTable, is_system_topic, queue_count_problem, topic_name_problem
+from core.topics import TopicTable
 from ipc.control_block import ServiceState, Word
-from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack, unpack
+from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
@@ -63,6 +61,7 @@ from services.append_pool import SharedPool
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
 from services.append_replica import ReplicaWait
+from services.append_topics import register_topic_ops
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -93,9 +92,6 @@ class Appender(ServiceLoop):
         super().__init__(config, cb)
         self.sync = bool(cb.get(Word.SYNC_FLUSH))
         self.timeout_s = config.sync_flush_timeout / 1000
-        # A SYNC_MASTER answers a stored put that waits (WAIT not false) once a slave has it
-        # (services/append_replica.py); a slave refuses puts and writes nothing (the ha
-        # process is its CommitLog's writer).
         self.replica = ReplicaWait(config, cb) if config.is_sync_master else None
         self.is_slave = bool(cb.get(Word.SLAVE))
         self.max_size = config.max_message_size
@@ -114,8 +110,7 @@ class Appender(ServiceLoop):
         self.handlers = Handlers()
         self.handlers.op("put", body_frames=None)(self._put)              # parse_put checks them
         self.handlers.op("put_batch", body_frames=None)(self._put_batch)  # parse_put_batch too
-        self.handlers.op("create_topic")(self._create_topic)
-        self.handlers.op("topic_info")(self._topic_info)
+        register_topic_ops(self.handlers, self)
         self.group: list = []              # (identity, fields, end, wait, received) appended this round
         self.round_counts: dict = {}       # identity -> its requests appended this round
         self.round_robin: dict[str, int] = {}
@@ -165,10 +160,8 @@ class Appender(ServiceLoop):
         self._bind()
 
     def _setup_slave(self) -> None:
-        """A slave's appender touches no segment (the ha process writes them): it loads the
-        topic table, answers `topic_info`, and refuses puts (SERVICE_NOT_AVAILABLE)."""
+        """A slave's: no segment touched (the ha process writes them), puts refused."""
         self.topics = TopicTable.load(self.config.config_dir)
-        log.info("appender of a slave: puts are refused, the ha process writes the CommitLog")
         self._bind()
 
     def _bind(self) -> None:
@@ -458,38 +451,6 @@ class Appender(ServiceLoop):
         for m in msgs:
             m.queue_id = qid
         return prepare_each(msgs, max_size, host)
-
-    @staticmethod
-    def _topic_name(env: dict) -> str:
-        """The request's `topic`: BAD_FIELD when missing or not a string, BAD_TOPIC when not
-        a legal name (core.topics.topic_name_problem)."""
-        topic = field(env, "topic", str)
-        problem = topic_name_problem(topic)
-        if problem:
-            raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
-        return topic
-
-    def _create_topic(self, env, frames, received):
-        topic = self._topic_name(env)
-        if is_system_topic(topic):
-            raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
-                                                     "it cannot be created")
-        queues = field(env, "queues", int, None)
-        if queues is None:                    # get or create: an existing topic is kept as it is
-            queues = self.topics.get(topic) or self.config.default_topic_queue_nums
-        problem = queue_count_problem(queues)
-        if problem:
-            raise ProtocolError(ErrorCode.BAD_FIELD, problem)
-        if self.topics.set_queues(topic, queues):
-            self._topics_changed()
-        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
-
-    def _topic_info(self, env, frames, received):
-        topic = self._topic_name(env)
-        queues = self.topics.get(topic)
-        if queues is None:
-            return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
-        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
 
     def _topics_changed(self) -> None:
         self.cb.set(Word.TOPICS_VERSION, self.cb.get(Word.TOPICS_VERSION) + 1)
