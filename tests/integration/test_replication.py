@@ -12,7 +12,7 @@ from tests.integration.harness import RawClient, wait_for
 from tests.integration.replicas import (
     commitlog_bytes, endpoint, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
-from tests.integration.supervised import TINY_TOML
+from tests.integration.supervised import TINY_TOML, cli
 
 SEGMENT = TINY_TOML["mapped_file_size_commitlog"]
 
@@ -25,10 +25,11 @@ def stores():
         s.ensure_stopped()
 
 
-def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_path, stores):
-    m = master(tmp_path, role="SYNC_MASTER")
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_path, stores, flush):
+    m = master(tmp_path, role="SYNC_MASTER", flush_disk_type=flush)
     stores.append(m)
-    s = slave_of(tmp_path, m)
+    s = slave_of(tmp_path, m, flush_disk_type=flush)
     stores.append(s)
     assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
     client = RawClient(endpoint(m, "appender"))
@@ -46,6 +47,10 @@ def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_pa
     assert wait_for(lambda: [x["acked"] for x in m.status()["replication"].get("slaves", [])] == [end], 10, 0.05)
     slave_put = s.put("HA", b"refused", queue_id=0)
     assert slave_put["status"] == "SERVICE_NOT_AVAILABLE"
+    shown = cli("status", "--store", s.root).stdout
+    assert "replication: SLAVE  epoch 1" in shown and "following, 0 B behind" in shown, shown
+    shown = cli("status", "--store", m.root).stdout
+    assert "replication: SYNC_MASTER  epoch 1" in shown and f"{end} B" not in shown, shown
 
 
 def test_sync_master_without_its_slave_never_answers_put_ok(tmp_path, stores):
@@ -110,6 +115,31 @@ def test_an_empty_slave_catches_up_a_master_of_many_segments_and_serves_every_qu
         assert pull_bodies(s, "Many", q) == [b"b%05d" % i + b"." * 100 for i in range(q, 2000, 3)]
     check = s.stop()
     assert check == 0
-    from tests.integration.supervised import cli
     result = cli("check", "--store", s.root)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_replication_metrics(tmp_path, stores):
+    import urllib.request
+    from tests.integration.replicas import FAST_HA
+    from tests.integration.supervised import SupervisedStore
+    m = SupervisedStore(tmp_path, "master", broker_role="SYNC_MASTER", **FAST_HA).start("--metrics-port", "0")
+    stores.append(m)
+    s = slave_of(tmp_path, m)
+    stores.append(s)
+    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    client = RawClient(endpoint(m, "appender"))
+    try:
+        assert [put(client, "Met", b"%d" % i)["status"] for i in range(20)] == ["PUT_OK"] * 20
+    finally:
+        client.close()
+    url = m.status()["supervisor"]["metrics"]
+
+    def scrape() -> str:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    assert wait_for(lambda: "mqstore_replication_slaves 1.0" in scrape()
+                    and 'operation="replica",service="appender"' in scrape(), 20, 0.2), scrape()
+    text = scrape()
+    assert "mqstore_replication_epoch 1.0" in text and "mqstore_replication_lag_bytes{" in text
+    assert 'mqstore_replication_bytes_total{direction="sent"}' in text
