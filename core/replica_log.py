@@ -19,7 +19,6 @@ from core.codec import (
 )
 
 _SYSFLAG_POS = 36
-_HEAD = 80                  # enough for SYSFLAG and STORETIMESTAMP with IPv6 hosts
 
 
 class ReplicaDamaged(ValueError):
@@ -48,26 +47,39 @@ class ReplicaLog:
         return self.boundary
 
     def _walk(self) -> None:
+        """Move `boundary` over the whole records in [boundary, written), reading their
+        headers straight from each segment's mapping (one hold per segment, no copy)."""
         queue, size = self.commitlog.queue, self.file_size
         pos, end = self.boundary, self.written
         while pos + BLANK_SIZE <= end:
-            head = queue.read(pos, min(_HEAD, end - pos))
-            if head is None:
+            mf = queue.find_mapped_file_by_offset(pos)
+            buf = queue.hold(mf) if mf is not None else None
+            if buf is None:
                 break
-            total, magic = read_i32(head, 0), read_i32(head, 4)
+            try:
+                pos, moved_on = self._walk_segment(buf, mf.file_from_offset, pos, end)
+            finally:
+                mf.release()
+            self.boundary = pos
+            if not moved_on:
+                break
+
+    def _walk_segment(self, buf, base: int, pos: int, end: int) -> tuple[int, bool]:
+        """(where the walk stopped, whether it reached the segment's end to go on)."""
+        size = self.file_size
+        seg_end = base + size
+        limit = min(end, seg_end)
+        while pos + BLANK_SIZE <= limit:
+            at = pos - base
+            total, magic = read_i32(buf, at), read_i32(buf, at + 4)
             if magic == MAGIC_BLANK:
-                seg_end = pos - pos % size + size
                 if total != seg_end - pos:
                     raise ReplicaDamaged(f"a blank record at {pos} of {total} bytes does not end its segment")
-                if seg_end > end:
-                    break
-                pos = seg_end
-                continue
-            if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or pos % size + total > size:
+                return seg_end, seg_end <= end
+            if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or at + total > size:
                 raise ReplicaDamaged(f"no record at CommitLog offset {pos} (size {total}, magic {magic:#x})")
             if pos + total > end:
-                break
-            if len(head) >= _HEAD or len(head) >= store_timestamp_position(read_i32(head, _SYSFLAG_POS)) + 8:
-                self.last_store_ts = read_i64(head, store_timestamp_position(read_i32(head, _SYSFLAG_POS)))
+                return pos, False
+            self.last_store_ts = read_i64(buf, at + store_timestamp_position(read_i32(buf, at + _SYSFLAG_POS)))
             pos += total
-        self.boundary = pos
+        return pos, False

@@ -9,7 +9,8 @@ does), then hand-shakes: its store id, its epoch history (config/epochs.json) an
   reaches), sets HA_EPOCH and follows: each `data` chunk is written at the log's end through
   `core.replica_log.ReplicaLog`, WROTE and COMMITTED (and CONFIRM under ASYNC_FLUSH) go to the
   end of the last whole record, LAST_STORE_TS to its store timestamp, a `flush` wakeup goes to
-  the flusher under SYNC_FLUSH, and an `ack` with the bytes written goes back at once.
+  the flusher under SYNC_FLUSH, and an `ack` with the bytes written goes back once the chunks
+  read together are written (as RocketMQ's slave reports after each read of its socket).
 - OK with `truncate_to`: the log diverged from the master's. It asks the supervisor, with a
   `truncate` event, to cut the store there durably (supervisor/replication.py stops every
   service, truncates CommitLog, consume queues and index as recovery does, and starts them
@@ -66,6 +67,7 @@ class SlaveSide:
         self.reason = ""
         self.backlog: collections.deque = collections.deque()   # chunks not written yet (disk full)
         self.write_retry_at = 0.0
+        self.unacked = False
 
     def setup(self) -> None:
         cfg, cb = self.config, self.cb
@@ -128,6 +130,8 @@ class SlaveSide:
                 return
             if not self._take(msg, now):
                 return
+        if self.unacked:                  # every chunk of the batch read is written: one ack
+            self._ack(now)
         if self.backlog and now >= self.write_retry_at:
             self._write_backlog(now)
         limit = HANDSHAKE_TIMEOUT_S if self.state == "handshaking" else self.housekeeping_s
@@ -159,10 +163,10 @@ class SlaveSide:
         self.received_total += len(msg.data)
         self.backlog.append(msg)
         if len(self.backlog) == 1:
-            return self._write_backlog(now)
+            return self._write_backlog(now, ack=False)   # acknowledged after the batch read
         return True
 
-    def _write_backlog(self, now: float) -> bool:
+    def _write_backlog(self, now: float, ack: bool = True) -> bool:
         """Write the chunks held, in order. A chunk that cannot be written for want of a segment
         (the allocator cannot create one: a full disk) stays held with the ones behind it (the
         master's window bounds them) and is tried again after RETRY_S; meanwhile the slave keeps
@@ -193,7 +197,9 @@ class SlaveSide:
             if self.reason == "disk":
                 log.info("chunks are written again from %d", self.log.written)
                 self.reason = ""
-            self._ack(now)
+            self.unacked = True
+            if ack:
+                self._ack(now)
         return True
 
     def _welcome(self, msg: dict, now: float) -> bool:
@@ -252,6 +258,7 @@ class SlaveSide:
 
     def _ack(self, now: float) -> None:
         self.acked_at = now
+        self.unacked = False
         try:
             self.sock.send_multipart(wire.ack(self.log.written), zmq.NOBLOCK)
         except zmq.ZMQError:
