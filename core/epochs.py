@@ -166,9 +166,11 @@ class FollowPoint:
 def follow_point(master_id: str, master_entries, master_min: int, master_max: int,
                  slave_id: str, slave_entries, slave_max: int) -> FollowPoint:
     """Where the slave of a handshake continues (DESIGN.md section 10). An empty slave starts
-    at the master's first byte; a slave whose log holds bytes the master's history does not
-    share is told to truncate to `common_offset`; a slave with the master's own id, with a
-    newer epoch, with a log but no history, or behind the master's first byte is refused."""
+    at 0; a slave whose log holds bytes the master's history does not share is told to
+    truncate to `common_offset`; a slave with the master's own id, with a newer epoch, with a
+    log but no history, behind the master's first byte, or empty while the master's log no
+    longer begins at 0 (retention: the slave's own positions would begin past nothing) is
+    refused."""
     slave_entries = clip(slave_entries, slave_max)
     if slave_id == master_id:
         return FollowPoint(refused=f"the peer has this master's own store id {master_id}: a store "
@@ -178,8 +180,12 @@ def follow_point(master_id: str, master_entries, master_min: int, master_max: in
                                    f"master's {last_epoch(master_entries)}: this master is stale",
                            newer=True)
     first = max(master_min, 0)
+    if slave_max == 0 and first == 0:
+        return FollowPoint(start=0)
     if slave_max == 0:
-        return FollowPoint(start=first)
+        return FollowPoint(refused=f"the peer's log is empty and this master's begins at {first} (its "
+                                   "first segments were deleted): a slave must begin where its master's "
+                                   "log began; copy the master's store to start it")
     if not slave_entries:
         return FollowPoint(refused=f"the peer's log ends at {slave_max} but it has no epoch history: "
                                    "it cannot be shown to hold this master's bytes; empty it first")

@@ -43,6 +43,7 @@ def test_follow_point_rules():
     assert newer.refused and newer.newer
     assert "no epoch history" in follow_point("B", m, 0, 1000, "C", [], 50).refused
     assert "first byte" in follow_point("B", m, 800, 1000, "A", [(1, 0, "A")], 600).refused
+    assert "empty" in follow_point("B", m, 800, 1000, "C", [], 0).refused
     assert common_offset([(1, 0, "A")], 10, [(1, 0, "X")], 10) == 0
     assert clip(m, 500) == [(1, 0, "A")]
 
