@@ -1,6 +1,7 @@
 """Master/slave replication between real stores (`mqstore start` processes) on localhost:
 RocketMQ's HATest scenarios (10 puts read back from the slave; SYNC_MASTER with and without a
-slave; ASYNC_MASTER), a slave started empty against a master of many segments, a slave
+slave; ASYNC_MASTER), a slave that outlives its master's restart, replication metrics, a
+slave started empty against a master of many segments, a slave
 serving pulls in queue order, and the CommitLogs byte-identical."""
 from __future__ import annotations
 
@@ -143,3 +144,43 @@ def test_replication_metrics(tmp_path, stores):
     text = scrape()
     assert "mqstore_replication_epoch 1.0" in text and "mqstore_replication_lag_bytes{" in text
     assert 'mqstore_replication_bytes_total{direction="sent"}' in text
+
+
+def test_a_slave_survives_its_masters_restart(tmp_path, stores):
+    from tests.integration.replicas import FAST_HA
+    from tests.integration.supervised import SupervisedStore, free_port_block
+    port = free_port_block()
+    while not _free(port + 1):
+        port = free_port_block()
+    m = SupervisedStore(tmp_path, "master", broker_role="SYNC_MASTER", **FAST_HA).start("--port", str(port))
+    stores.append(m)
+    s = slave_of(tmp_path, m)
+    stores.append(s)
+    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    client = RawClient(endpoint(m, "appender"))
+    try:
+        assert [put(client, "R", b"%d" % i)["status"] for i in range(20)] == ["PUT_OK"] * 20
+    finally:
+        client.close()
+    assert m.stop() == 0
+    m.start("--port", str(port))
+    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    client = RawClient(endpoint(m, "appender"))
+    try:
+        assert [put(client, "R", b"%d" % i)["status"] for i in range(20, 40)] == ["PUT_OK"] * 20
+    finally:
+        client.close()
+    end = wait_caught_up(s, m)
+    assert commitlog_bytes(s.root, end, SEGMENT) == commitlog_bytes(m.root, end, SEGMENT)
+    assert pull_bodies(s, "R") == [b"%d" % i for i in range(40)]
+    assert m.status()["replication"]["epoch"] == 1          # a restart is no new epoch
+
+
+def _free(port: int) -> bool:
+    import socket
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
