@@ -14,11 +14,14 @@ is neither a record's nor a blank's) raises `ReplicaDamaged`: the slave stops fo
 """
 from __future__ import annotations
 
+import struct
+
 from core.codec import (
     BLANK_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, read_i32, read_i64, store_timestamp_position,
 )
 
 _SYSFLAG_POS = 36
+_HEAD = struct.Struct(">ii")          # TOTALSIZE, MAGICCODE
 
 
 class ReplicaDamaged(ValueError):
@@ -65,21 +68,28 @@ class ReplicaLog:
                 break
 
     def _walk_segment(self, buf, base: int, pos: int, end: int) -> tuple[int, bool]:
-        """(where the walk stopped, whether it reached the segment's end to go on)."""
+        """(where the walk stopped, whether it reached the segment's end to go on). One unpack
+        per record (its size and magic code); the store timestamp of the last one only."""
         size = self.file_size
         seg_end = base + size
         limit = min(end, seg_end)
+        head = _HEAD.unpack_from
+        last = -1
         while pos + BLANK_SIZE <= limit:
             at = pos - base
-            total, magic = read_i32(buf, at), read_i32(buf, at + 4)
+            total, magic = head(buf, at)
             if magic == MAGIC_BLANK:
                 if total != seg_end - pos:
                     raise ReplicaDamaged(f"a blank record at {pos} of {total} bytes does not end its segment")
-                return seg_end, seg_end <= end
-            if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or at + total > size:
+                if seg_end <= end:            # the blank's whole length is written too
+                    pos = seg_end
+                break
+            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < MIN_RECORD_SIZE or at + total > size:
                 raise ReplicaDamaged(f"no record at CommitLog offset {pos} (size {total}, magic {magic:#x})")
             if pos + total > end:
-                return pos, False
-            self.last_store_ts = read_i64(buf, at + store_timestamp_position(read_i32(buf, at + _SYSFLAG_POS)))
+                break
+            last = at
             pos += total
-        return pos, False
+        if last >= 0:
+            self.last_store_ts = read_i64(buf, last + store_timestamp_position(read_i32(buf, last + _SYSFLAG_POS)))
+        return pos, pos == seg_end and pos <= end

@@ -57,6 +57,9 @@ class Replication:
     def request_follow(self, master: str) -> str | None:
         if self.sup.run_ctx.endpoints.get("ha", "").endswith(f"//{master}"):
             return f"{master} is this store's own replication address"
+        if self.sup.run_ctx.cb.get(Word.POOL_ENABLED):
+            return ("this store runs with the transient store pool, which a slave does not use: "
+                    "stop it and start it with --role SLAVE --master HOST:PORT")
         return self._queue(("role", "SLAVE", master))
 
     def _queue(self, change: tuple) -> str | None:

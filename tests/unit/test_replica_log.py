@@ -68,6 +68,7 @@ def test_chunks_cut_anywhere_rebuild_the_log(master_log, cuts):
             whole = [e for e in ends if e <= rep.written]
             # the boundary is the last whole record's end (or the segment end after its blank)
             assert boundary >= (whole[-1] if whole else 0) and boundary <= rep.written
+            assert boundary in ends or boundary % SEGMENT == 0 or boundary == 0
         assert rep.boundary == len(data) == ends[-1] and rep.last_store_ts == last_ts
         cl.shutdown()
         got = bytearray()
@@ -114,4 +115,20 @@ def test_chunks_that_do_not_fit_are_refused(master_log, tmp_path):
         rep.apply(1000, data[1000:SEGMENT + 10])
     with pytest.raises(ReplicaDamaged):
         rep.apply(1000, b"\x00\x00\x00\x10" + b"\x7f" * 200)   # where a record must start
+    cl.shutdown()
+
+
+def test_a_chunk_ending_inside_a_blank_record_leaves_the_boundary_before_it(master_log, tmp_path):
+    data, ends, _ = master_log
+    blanks = [max(e for e in ends if e <= seg_end) for seg_end in range(SEGMENT, len(data), SEGMENT)]
+    cuts = [b + 8 for b in blanks if b + 8 < (b // SEGMENT + 1) * SEGMENT]
+    assert cuts                                    # the workload leaves blank tails to cut into
+    cl = _slave(str(tmp_path))
+    rep = ReplicaLog(cl, 0)
+    for offset, piece in _chunks(data, cuts):
+        rep.apply(offset, piece)
+        assert rep.boundary <= rep.written
+        if rep.written in cuts:
+            assert rep.boundary == rep.written - 8      # still before the blank: not whole yet
+    assert rep.boundary == len(data)
     cl.shutdown()
