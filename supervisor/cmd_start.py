@@ -1,6 +1,6 @@
 """`mqstore start [--config FILE] [--store DIR] [--host H] [--port P] [--metrics-port M]
-[--role ROLE] [--master HOST:PORT] [--foreground]`: run a store under the supervisor, in this terminal, until Ctrl-C, SIGTERM or
-`mqstore stop`.
+[--role ROLE] [--master HOST:PORT] [--foreground]`: run a store under the supervisor, in this
+terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
 
 The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` and `--port`
 (core.config); without `--store` or a store directory in the configuration the store is
