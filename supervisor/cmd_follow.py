@@ -13,6 +13,8 @@ finish within --timeout, 2 for a usage error (a bad --master).
 """
 from __future__ import annotations
 
+import argparse
+
 from core.config import ConfigError, StoreConfig
 from supervisor import role_request
 from supervisor.cli import UsageError
@@ -21,7 +23,8 @@ from supervisor.cmd_status import add_store_arguments
 
 def add_parser(subparsers):
     p = subparsers.add_parser("follow", help="turn a running store into a slave of a master",
-                              description=__doc__.split("\n\n")[0])
+                              description="\n\n".join(__doc__.split("\n\n")[:3]),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_store_arguments(p)
     p.add_argument("--master", required=True, metavar="HOST:PORT",
                    help="the master's replication address (its ha_listen_port)")

@@ -12,13 +12,16 @@ master already, or busy) or did not finish within --timeout, 2 for a usage error
 """
 from __future__ import annotations
 
+import argparse
+
 from supervisor import role_request
 from supervisor.cmd_status import add_store_arguments
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser("promote", help="turn a running slave into a master (new epoch)",
-                              description=__doc__.split("\n\n")[0])
+                              description="\n\n".join(__doc__.split("\n\n")[:3]),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_store_arguments(p)
     p.add_argument("--role", type=str.upper, choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
                    help="the master's broker_role (default ASYNC_MASTER)")
