@@ -189,6 +189,7 @@ def test_handshake_safety_rules(tmp_path, stores):
     finally:
         client.close()
     assert m.status()["replication"]["fenced"] is True
+    assert m.status()["puts"] == "refused (fenced)"
     with open(m.path("logs", "ha.log")) as f:
         text = f.read()
     assert "refused slave usurper" in text and "this master is stale" in text
