@@ -1,6 +1,7 @@
 """What `mqstore promote` and `mqstore follow` share: send the role change to the store's
 front door (ops `promote` and `follow`, docs/PROTOCOL.md) and wait, polling `status`, until
-the store runs in its new role with its appender and ha process RUNNING."""
+the store runs in its new role with its appender and ha process RUNNING (a store that does
+not answer for a while, truncating a diverged log, is asked again until the timeout)."""
 from __future__ import annotations
 
 import sys
@@ -54,7 +55,12 @@ def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
             return 1
         deadline = time.monotonic() + args.timeout
         while True:
-            status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())))
+            try:
+                status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())))
+            except NotRunning:            # busy truncating a diverged log: ask again
+                if time.monotonic() > deadline:
+                    raise
+                continue
             if _settled(status, want_slave):
                 repl = status["replication"]
                 print(f"{done}: role {repl['role']}, epoch {repl.get('epoch')}")
