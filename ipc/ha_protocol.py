@@ -10,6 +10,8 @@ Slave -> master, frame 0 a msgpack map with `op` and `rid`:
   there durably, then hand-shake again); or ERROR with `code` and `reason` (refused).
 - `ack`: `offset`, the slave's max offset (every byte below it is written). Sent after each
   chunk written and every `ha_send_heartbeat_interval`; never answered.
+- `bye`: the slave stops (a clean stop or a role change); the master drops it at once instead
+  of after `ha_housekeeping_interval`. Never answered.
 
 Master -> slave, pushed after an OK handshake:
 - `data`: `offset`, `length`, `max_offset` (the master's), then one raw frame of exactly
@@ -68,6 +70,10 @@ def handshake(rid: int, store_id: str, epochs, max_offset: int) -> list:
 
 def ack(offset: int) -> list:
     return [pack({"op": "ack", "rid": NO_RID, "offset": offset})]
+
+
+def bye() -> list:
+    return [pack({"op": "bye", "rid": NO_RID})]
 
 
 def parse_handshake(env: dict) -> Handshake:

@@ -9,6 +9,7 @@ highest acknowledged offset, and when it last heard from the slave.
 - `handshake`: answered with `core.epochs.follow_point` (start, truncate_to or a refusal,
   logged with its reason). A refusal because the peer has a newer epoch sets HA_FENCED: this
   master is stale, and its appender refuses puts from then on.
+- `bye`: the slave stopped; its connection is dropped at once.
 - `ack`: beyond what was sent closes the connection (logged); otherwise it raises the
   connection's acknowledged offset, the slot's word, HA_ACKED, and publishes
   `{"acked": offset}` on ipc `ha.pub`, where a SYNC_MASTER appender waits for it.
@@ -69,6 +70,7 @@ class MasterSide:
         self.handlers = Handlers()
         self.handlers.op("handshake")(self._handshake)
         self.handlers.op("ack")(self._ack)
+        self.handlers.op("bye")(self._bye)
 
     def setup(self) -> None:
         cfg, cb = self.config, self.cb
@@ -167,6 +169,12 @@ class MasterSide:
                     self.pub.send(pack({"acked": offset}), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
+        return None
+
+    def _bye(self, env, frames, identity):
+        conn = self.conns.get(identity)
+        if conn is not None:
+            self._drop(conn, "the slave stopped")
         return None
 
     def _address(self) -> str:

@@ -46,6 +46,7 @@ log = logging.getLogger("mqstore.ha")
 RETRY_S = 1.0
 HANDSHAKE_TIMEOUT_S = 5.0
 MAX_MESSAGES = 256
+BYE_LINGER_MS = 200          # how long a stopping slave lets its `bye` reach the master
 
 
 class SlaveSide:
@@ -275,7 +276,12 @@ class SlaveSide:
     def close(self) -> None:
         self.cb.set(Word.HA_CONNECTED, 0)
         if self.sock is not None:
-            self.sock.close(0)
+            if self.state == "following":        # tell the master now, not at its housekeeping
+                try:
+                    self.sock.send_multipart(wire.bye(), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            self.sock.close(BYE_LINGER_MS)
         self.flush_push.close(0)
         self.commitlog.shutdown()
         self.allocator.close()
