@@ -36,10 +36,13 @@ from _client_rows import AUTO_WINDOW, aio_produce                             # 
 class StoreProcess:
     """`mqstore start` on a fresh directory; stopped with SIGTERM (a clean stop) and waited for."""
 
-    def __init__(self, root: str, flush: str, cache_window: int = 0):
+    def __init__(self, root: str, flush: str, cache_window: int = 0, config: dict | None = None,
+                 args: tuple = ()):
         self.root = root
         self.flush = flush
         self.cache_window = cache_window            # page_cache_window_commitlog, bytes
+        self.config = config or {}                  # more TOML keys (string values quoted)
+        self.args = tuple(args)                     # more `mqstore start` options
         self.proc = None
         self.address = None
 
@@ -49,11 +52,13 @@ class StoreProcess:
         with open(toml, "w") as f:
             f.write(f'flush_disk_type = "{self.flush}"\n'
                     f'page_cache_window_commitlog = {self.cache_window}\n')
+            f.writelines(f"{k} = {v!r}\n" if isinstance(v, int) else f'{k} = "{v}"\n'
+                         for k, v in self.config.items())
         exe = os.path.join(os.path.dirname(sys.executable), "mqstore")
         cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "supervisor.cli"]
         with open(os.path.join(self.root, "supervisor.stderr"), "w") as err:
             self.proc = subprocess.Popen(cmd + ["start", "--store", os.path.join(self.root, "store"),
-                                               "--port", "0", "--config", toml],
+                                               "--port", "0", "--config", toml, *self.args],
                                          cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=err, text=True)
         lines: queue.Queue = queue.Queue()

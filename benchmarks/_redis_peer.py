@@ -25,7 +25,8 @@ def free_port() -> int:
 class RedisServer:
     """redis-server on a free port in `directory`, AOF on with the given `appendfsync`."""
 
-    def __init__(self, directory: str, appendfsync: str):
+    def __init__(self, directory: str, appendfsync: str, extra: str = ""):
+        """`extra`: more redis.conf lines (a replica's `replicaof 127.0.0.1 PORT`)."""
         self.dir = directory
         self.port = free_port()
         os.makedirs(directory)
@@ -33,7 +34,7 @@ class RedisServer:
         with open(self.conf, "w") as f:
             f.write(f"bind 127.0.0.1\nport {self.port}\ndir {directory}\nsave \"\"\n"
                     f"appendonly yes\nappendfsync {appendfsync}\nauto-aof-rewrite-percentage 0\n"
-                    f"daemonize no\nlogfile {directory}/redis.log\n")
+                    f"daemonize no\nlogfile {directory}/redis.log\n{extra}")
         self.proc = subprocess.Popen(["redis-server", self.conf], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
@@ -113,3 +114,83 @@ def print_redis(redis: dict, file=sys.stdout) -> None:
               f"{x['rps']:,.0f} msgs/s = {x['rps'] * size / MB:,.1f} MB/s (p50 {x['p50_ms']:.2f} / "
               f"p99 {x['p99_ms']:.2f} ms);  XRANGE - + COUNT 100 -n {g['n']} -c 1: "
               f"{g['rps']:,.0f} req/s = {g['rps'] * 100:,.0f} msgs/s", file=file)
+
+
+class RespClient:
+    """The few RESP requests the replication peer sends, pipelined over one socket."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    @staticmethod
+    def command(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(1 << 16)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def reply(self) -> bytes:
+        line = self._line()
+        if line[:1] == b"$" and line != b"$-1":
+            n = int(line[1:]) + 2
+            while len(self.buf) < n:
+                self.buf += self.sock.recv(1 << 16)
+            value, self.buf = self.buf[:n - 2], self.buf[n:]
+            return value
+        if line[:1] == b"-":
+            raise RuntimeError(f"redis: {line.decode()}")
+        return line
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def replica_wait_peer(root: str, size: int, batch: int, seconds: float, wait: bool) -> dict:
+    """Redis with a replica (`replicaof`), AOF everysec on both: pipelined batches of `batch`
+    XADDs of `size`-byte values, each batch followed by `WAIT 1 1000` when `wait` (the
+    synchronous case: the batch is answered once the replica has it), for `seconds`, one
+    client. Messages/s over the run and p50/p99 of a batch's round trip."""
+    tag = "wait" if wait else "nowait"
+    master = RedisServer(os.path.join(root, f"redis-master-{tag}"), "everysec")
+    replica = None
+    client = None
+    try:
+        replica = RedisServer(os.path.join(root, f"redis-replica-{tag}"), "everysec",
+                              f"replicaof 127.0.0.1 {master.port}\n")
+        client = RespClient(master.port)
+        deadline = time.monotonic() + 30
+        while True:                                    # until the replica is connected
+            client.sock.sendall(RespClient.command(b"WAIT", b"1", b"100"))
+            if client.reply() == b":1" or time.monotonic() > deadline:
+                break
+        request = RespClient.command(b"XADD", b"s", b"*", b"f", b"v" * size) * batch
+        if wait:
+            request += RespClient.command(b"WAIT", b"1", b"1000")
+        replies = batch + (1 if wait else 0)
+        lat, sent = [], 0
+        start = time.monotonic()
+        end = start + seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            client.sock.sendall(request)
+            for _ in range(replies):
+                last = client.reply()
+            if wait and last != b":1":
+                raise RuntimeError(f"WAIT 1 answered {last!r}: the replica is not in sync")
+            lat.append(time.monotonic() - t0)
+            sent += batch
+        elapsed = time.monotonic() - start
+        lat.sort()
+        return {"msgs_s": sent / elapsed, "mb_s": sent * size / elapsed / MB,
+                "p50_ms": lat[len(lat) // 2] * 1000, "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000}
+    finally:
+        if client is not None:
+            client.close()
+        for server in (replica, master):
+            if server is not None:
+                server.stop()

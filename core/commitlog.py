@@ -284,6 +284,54 @@ class CommitLog:
         self._prefault_at = 0
         return mf
 
+    # -- replication: a slave's only writer -----------------------------------------------
+    def append_replicated(self, offset: int, data) -> int:
+        """Write `data`, CommitLog bytes a master sent, at `offset`, which must be where this
+        log ends (or, for an empty log, a segment's start); the chunk must stay inside one
+        segment, as a master sends it. A chunk that starts a segment rolls into it (through the
+        allocator). Returns the log's new end; ValueError when the chunk does not fit there."""
+        n = len(data)
+        size = self.file_size
+        with self.put_lock:
+            files = self.queue.files
+            end = self.queue.get_max_wrote_position()
+            if (files and offset != end) or (not files and offset % size):
+                raise ValueError(f"a replicated chunk at {offset} does not continue the log, "
+                                 f"which ends at {end}")
+            if offset % size + n > size:
+                raise ValueError(f"a replicated chunk of {n} bytes at {offset} crosses a segment")
+            mf = self._writing
+            if mf is None or not mf.available or mf.is_full or mf.file_from_offset != offset - offset % size:
+                mf = self._replica_segment(offset)
+                if mf is None:
+                    raise OSError(f"no CommitLog segment for offset {offset}")
+            pos = offset - mf.file_from_offset
+            self._target[pos:pos + n] = data
+            mf.wrote_position = pos + n
+            if offset + n >= self._prefault_at:
+                self._prefault_wrote(mf, pos + n)
+            return offset + n
+
+    def _replica_segment(self, offset: int):
+        """Under put_lock: hold the segment that holds `offset` (the last one, or a new one
+        when the last is full or there is none)."""
+        if self._writing is not None:
+            self._writing.release()
+            self._writing = self._target = None
+        last = self.queue.get_last_mapped_file()
+        if last is not None and last.file_from_offset <= offset < last.file_from_offset + self.file_size:
+            mf = last
+        else:
+            mf = self.queue.get_last_mapped_file(offset, create=True)
+        buf = self.queue.hold(mf)
+        if buf is None:
+            return None
+        self._writing, self._target = mf, buf
+        if self._prefault is None and isinstance(buf, mmap.mmap):
+            self._prefault = PrefaultAhead(self.queue, sync_flush=self.config.is_sync_flush)
+        self._prefault_at = 0
+        return mf
+
     def reset_writer(self) -> None:
         """Forget the held segment (after a truncation or at shutdown)."""
         with self.put_lock:

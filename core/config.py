@@ -240,7 +240,7 @@ class StoreConfig:
         """Clamp the disk ratios and round the consume-queue file size up, as RocketMQ does; warn
         that a transient store pool asked for is not used (SYNC_FLUSH or a slave), that
         segments smaller than max_message_size refuse the messages that do not fit, and that
-        replication settings have no slave to talk to."""
+        in_sync_replicas above 1 is not counted."""
         for key, (lo, hi) in _CLAMPED.items():
             value = getattr(self, key)
             if not lo <= value <= hi:
@@ -257,11 +257,10 @@ class StoreConfig:
             _warn_once("mapped_file_size_commitlog = %d is below max_message_size = %d: a message or "
                        "batch that does not fit in one segment is refused (MESSAGE_ILLEGAL)",
                        self.mapped_file_size_commitlog, self.max_message_size)
-        if self.broker_role != "ASYNC_MASTER" or self.ha_master_address or self.in_sync_replicas > 1:
-            _warn_once("broker_role = %s, ha_master_address = %r, in_sync_replicas = %d: mqstore has "
-                       "no replication yet, so no slave connects; a SYNC_MASTER stores puts and "
-                       "answers SLAVE_NOT_AVAILABLE, as RocketMQ's master with no slave, and a SLAVE "
-                       "refuses them", self.broker_role, self.ha_master_address, self.in_sync_replicas)
+        if self.in_sync_replicas > 1:
+            _warn_once("in_sync_replicas = %d: a SYNC_MASTER waits for one slave's acknowledgement "
+                       "(RocketMQ 4.x's rule); counting several is not supported",
+                       self.in_sync_replicas)
         if self.transient_store_pool_enable and not self.use_transient_store_pool:
             _warn_once("transient_store_pool_enable = true has no effect with flush_disk_type = %s "
                         "and broker_role = %s: as RocketMQ, the pool serves only an ASYNC_FLUSH "

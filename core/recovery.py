@@ -188,3 +188,17 @@ def truncate_all(commitlog, cq_store, index_service, end: int) -> None:
 def rebuild_topic_queue_table(commitlog, cq_store) -> None:
     cq_store.correct_min_offset(max(commitlog.get_min_offset(), 0))
     commitlog.topic_queue_table = cq_store.topic_queue_table()
+
+
+def truncate_diverged(store, offset: int) -> None:
+    """Cut a loaded store's log at `offset` (a slave whose log diverged from its master's,
+    DESIGN.md section 10) as recovery cuts it: CommitLog zeroed and flushed from there,
+    consume queues and index truncated, topic-queue table rebuilt; and the checkpoint's
+    offsets brought down to it."""
+    truncate_all(store.commitlog, store.cq_store, store.index_service, offset)
+    ckpt = store.checkpoint
+    ckpt.flushed_phy_offset = min(ckpt.flushed_phy_offset, offset)
+    ckpt.confirm_phy_offset = min(ckpt.confirm_phy_offset, offset)
+    ckpt.dispatched_phy_offset = min(ckpt.dispatched_phy_offset, offset)
+    ckpt.flush()
+    log.warning("truncated the log to %d: it diverged from the master's", offset)

@@ -154,7 +154,8 @@ class MessageStore:
         self._sync_flush = config.is_sync_flush
         self._is_slave = config.is_slave
         # A stored put that waits for the store's answer: a SYNC_MASTER also waits for a slave,
-        # and with no replication (none connects) answers SLAVE_NOT_AVAILABLE, as RocketMQ's.
+        # and the embedded store is a single node (replication is services/ha.py, processes
+        # only): it answers SLAVE_NOT_AVAILABLE, as RocketMQ's master with no slave.
         self._acked = S.SLAVE_NOT_AVAILABLE if config.is_sync_master else _PUT_OK
         self.loaded = False
         self.running = False

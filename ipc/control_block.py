@@ -43,11 +43,19 @@ class Word(enum.IntEnum):
     TOPICS_VERSION = 20       # appender: bumped whenever config/topics.json changes
     PULLS_HELD = 21           # reader: pulls held for long polling (reput publishes arrivals only then)
     SPACE_FULL = 22           # supervisor (retention): 1 while the disk is over disk_space_warning_level_ratio
-    # 32..63: replication (per-slave acknowledged offsets), written by the HA replicator
+    # 32..63: replication, every word written by the ha process (services/ha.py) only
+    HA_EPOCH = 32             # ha: this store's epoch (a slave: its master's, once hand-shaken)
+    HA_FENCED = 33            # ha (master): 1 once a peer showed a newer epoch; puts are refused
+    HA_SLAVES = 34            # ha (master): slaves connected and hand-shaken
+    HA_ACKED = 35             # ha (master): highest offset a slave acknowledged this epoch
+    HA_MASTER_MAX = 36        # ha (slave): the master's max offset, as last heard
+    HA_CONNECTED = 37         # ha (slave): 1 while following a master
+    HA_SLAVE_ACK_BASE = 40    # ha (master): 40..63, the acknowledged offset of slave slot i
     POOL_BASE = 64            # 64..95: transient pool, two words per buffer (see pool_* below)
     SERVICE_BASE = 128        # 128..: a slot of SLOT_WORDS words per service
 
 
+HA_SLAVE_SLOTS = 24
 SERVICES = ("appender", "allocator", "committer", "flusher", "reput", "reader", "ha", "scheduler")
 SLOT_WORDS = 16
 POOL_BUFFERS = 16

@@ -1,5 +1,6 @@
 """The appender's table of put replies parked until the flusher reports their records durable
-(SYNC_FLUSH group commit), and the latency statistics the write services emit in their
+(SYNC_FLUSH group commit) or, the same table again, until a slave acknowledges them
+(SYNC_MASTER: services/append_replica.py), and the latency statistics the write services emit in their
 `stats` events for the supervisor's metrics (supervisor/metrics.py).
 
 Records are appended in order and every waiter gets the same timeout, so both the record ends
@@ -21,10 +22,11 @@ SUM_KEY = "sum_ms"          # a latency map's key for the sum of its observation
 @dataclass(slots=True)
 class Parked:
     end: int                 # CommitLog offset just past the request's last record
-    deadline: float          # time.monotonic() after which it is answered FLUSH_DISK_TIMEOUT
+    deadline: float          # time.monotonic() after which it times out (FLUSH_DISK/SLAVE_TIMEOUT)
     identity: bytes          # the client's ROUTER identity
     fields: dict             # the reply envelope without its status
     received: float          # time.perf_counter() when the request arrived
+    parked_at: float = 0.0   # time.monotonic() when it began to wait for a slave (SYNC_MASTER)
 
 
 class FlushWaiters:

@@ -22,6 +22,12 @@ zeroed durably, [DISPATCHED, WROTE) re-validated, the topic-queue table rebuilt 
 consume queues (read-only) and those records, the pool buffer of the current segment
 re-attached; the endpoint is bound only then.
 
+A SYNC_MASTER answers a waiting put once a slave acknowledged it (services/append_replica),
+after the flush under SYNC_FLUSH; while slaves are connected each round that wrote pushes a
+`wrote` wakeup to the ha process. On a slave (SLAVE at start) it opens no segment and refuses
+every put; a role change restarts it (supervisor/replication.py). `create_topic` and
+`topic_info` are services/append_topics.
+
 Put replies to a client that asks for it (`"coalesce": true`) are held to the end of the round
 and sent together (services/append_outbox).
 
@@ -45,9 +51,9 @@ from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
 from core.put_refusal import refusal_reason
-from core.topics import TopicTable, is_system_topic, queue_count_problem, topic_name_problem
+from core.topics import TopicTable
 from ipc.control_block import ServiceState, Word
-from ipc.protocol import ERROR, OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack, unpack
+from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
@@ -55,6 +61,8 @@ from services.append_outbox import ReplyOutbox
 from services.append_pool import SharedPool
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
+from services.append_replica import ReplicaWait
+from services.append_topics import register_topic_ops
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -72,7 +80,6 @@ PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT.value
 NOT_AVAILABLE = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL.value
-SLAVE_NOT_AVAILABLE = PutMessageStatus.SLAVE_NOT_AVAILABLE.value
 IDLE_INTERVAL_MS = 100    # the loop's poll timeout with no reply parked (requests wake it)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
@@ -86,10 +93,8 @@ class Appender(ServiceLoop):
         super().__init__(config, cb)
         self.sync = bool(cb.get(Word.SYNC_FLUSH))
         self.timeout_s = config.sync_flush_timeout / 1000
-        # The answer to a stored put that waits (WAIT not false). A SYNC_MASTER also waits for
-        # a slave; mqstore has no replication yet, so, as RocketMQ's master with no slave
-        # connected, it answers SLAVE_NOT_AVAILABLE (the message is stored).
-        self.acked = SLAVE_NOT_AVAILABLE if config.is_sync_master else PUT_OK
+        self.replica = ReplicaWait(config, cb) if config.is_sync_master else None
+        self.is_slave = bool(cb.get(Word.SLAVE))
         self.max_size = config.max_message_size
         self.delay_rules = delay_rules(config)
         self.fallback_host = config.store_host_tuple
@@ -107,8 +112,7 @@ class Appender(ServiceLoop):
         self.handlers = Handlers()
         self.handlers.op("put", body_frames=None)(self._put)              # parse_put checks them
         self.handlers.op("put_batch", body_frames=None)(self._put_batch)  # parse_put_batch too
-        self.handlers.op("create_topic")(self._create_topic)
-        self.handlers.op("topic_info")(self._topic_info)
+        register_topic_ops(self.handlers, self)
         self.group: list = []              # (identity, fields, end, wait, received) appended this round
         self.round_counts: dict = {}       # identity -> its requests appended this round
         self.round_robin: dict[str, int] = {}
@@ -130,6 +134,12 @@ class Appender(ServiceLoop):
         self.commit_push = self._connect(zmq.PUSH, "committer") if self.pool is not None else None
         self.flushed_sub = self._connect(zmq.SUB, "flusher.pub")
         self.flushed_sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.ha_push = self._connect(zmq.PUSH, "ha")
+        if self.replica is not None:
+            self.replica.subscribe(self._connect(zmq.SUB, "ha.pub"), self.poller)
+        if self.is_slave:
+            self._setup_slave()
+            return
         queue = self.commitlog.queue
         wrote = self.wrote
         ahead = startup.open_segments(queue, wrote)
@@ -145,9 +155,18 @@ class Appender(ServiceLoop):
         self.topics = TopicTable.load(cfg.config_dir)
         if self.topics.ensure_covers(self.commitlog.topic_queue_table, cfg.default_topic_queue_nums):
             self._topics_changed()
-        log.info("appender ready: WROTE %d, %d queues, %d topics, pool %s, %s", wrote,
+        log.info("appender ready: WROTE %d, %d queues, %d topics, pool %s, %s, %s", wrote,
                  len(self.commitlog.topic_queue_table), len(self.topics),
-                 "on" if self.pool is not None else "off", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH")
+                 "on" if self.pool is not None else "off", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH",
+                 self.config.broker_role)
+        self._bind()
+
+    def _setup_slave(self) -> None:
+        """A slave's: no segment touched (the ha process writes them), puts refused."""
+        self.topics = TopicTable.load(self.config.config_dir)
+        self._bind()
+
+    def _bind(self) -> None:
         self.front = make_socket(self.ctx, zmq.ROUTER)
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             self.front.bind(json.load(f)["appender"])
@@ -172,7 +191,8 @@ class Appender(ServiceLoop):
     def wait_for_running(self, timeout_ms: float) -> None:
         """Poll every interval_ms while replies are parked (their flush deadlines), else every
         IDLE_INTERVAL_MS: an idle appender wakes 10 times a second, for its heartbeat."""
-        super().wait_for_running(timeout_ms if self.waiters else IDLE_INTERVAL_MS)
+        parked = self.waiters or (self.replica is not None and self.replica.waiters)
+        super().wait_for_running(timeout_ms if parked else IDLE_INTERVAL_MS)
 
     def run_once(self) -> None:
         self._take_requests()
@@ -180,7 +200,8 @@ class Appender(ServiceLoop):
         now = time.monotonic()
         if now >= self.next_stats:
             self.next_stats = now + 1.0
-            self.emit("stats", **self.stats.take())
+            self.emit("stats", **self.stats.take(),
+                      **(self.replica.take_stats() if self.replica is not None else {}))
 
     def _take_requests(self) -> None:
         sock = self.front
@@ -233,8 +254,10 @@ class Appender(ServiceLoop):
             if self.sync and wait:
                 self.waiters.park(Parked(end, deadline, identity, fields, received))
                 parked = True
+            elif wait and self.replica is not None:
+                self._wait_replica(Parked(end, 0.0, identity, fields, received))
             else:
-                self._reply_put(identity, fields, self.acked if wait else PUT_OK, received)
+                self._reply_put(identity, fields, PUT_OK, received)
         if parked:
             self._push(self.flush_push, {"op": "flush", "upto": self.wrote})
 
@@ -251,6 +274,8 @@ class Appender(ServiceLoop):
                 words[Word.CONFIRM] = wrote
         if self.last_store_ts:                 # after the positions: see services/flusher.py
             words[Word.LAST_STORE_TS] = self.last_store_ts
+        if words[Word.HA_SLAVES]:
+            self._push(self.ha_push, {"op": "wrote", "upto": wrote})   # stream it to the slaves now
         if self.pool is not None and wrote - self.commit_woken >= self.commit_step:
             self.commit_woken = wrote
             self._push(self.commit_push, {"op": "commit", "upto": wrote})
@@ -264,15 +289,28 @@ class Appender(ServiceLoop):
                     break
                 if isinstance(note, dict) and isinstance(note.get("flushed"), int):
                     self.flushed = max(self.flushed, note["flushed"])
+        if self.replica is not None:
+            for p, status in self.replica.answers(self.ready):
+                self._reply_put(p.identity, p.fields, status, p.received)
         if not self.waiters:
             return
         self.flushed = max(self.flushed, self.cb.get(Word.FLUSHED))
         for p in self.waiters.release(self.flushed):
-            self._reply_put(p.identity, p.fields, self.acked, p.received)
+            if self.replica is not None:
+                self._wait_replica(p)
+            else:
+                self._reply_put(p.identity, p.fields, PUT_OK, p.received)
         late = self.waiters.take_all() if self.cb.get(Word.FLUSH_FAILED) else \
             self.waiters.expire(time.monotonic())
         for p in late:
             self._reply_put(p.identity, p.fields, FLUSH_DISK_TIMEOUT, p.received)
+
+    def _wait_replica(self, p: Parked) -> None:
+        """A SYNC_MASTER's stored (and, under SYNC_FLUSH, flushed) put: answered now when a
+        slave has it or none can have it soon, else parked until one acknowledges it."""
+        status = self.replica.park(p, self.wrote)
+        if status is not None:
+            self._reply_put(p.identity, p.fields, status, p.received)
 
     # -- replies -------------------------------------------------------------------------
     def _reply_put(self, identity: bytes, fields: dict, status: str, received: float) -> None:
@@ -373,10 +411,11 @@ class Appender(ServiceLoop):
 
     def _refusing(self) -> bool:
         """SERVICE_NOT_AVAILABLE unless WRITABLE and no FLUSH_FAILED, DISK_FULL, SPACE_FULL,
-        SLAVE, DRAINING."""
+        SLAVE, DRAINING, HA_FENCED (a newer master exists)."""
         w = self.cb.words
         return (self.stopped or w[Word.WRITABLE] != 1 or w[Word.FLUSH_FAILED] != 0 or w[Word.DISK_FULL] != 0
-                or w[Word.SPACE_FULL] != 0 or w[Word.SLAVE] != 0 or w[Word.DRAINING] != 0)
+                or w[Word.SPACE_FULL] != 0 or w[Word.SLAVE] != 0 or w[Word.DRAINING] != 0
+                or w[Word.HA_FENCED] != 0 or self.is_slave)
 
     def _queue_for(self, topic: str, qid: int | None) -> int:
         """The queue of a put: the one asked for (below the topic's count) or round robin. A new
@@ -422,38 +461,6 @@ class Appender(ServiceLoop):
             m.queue_id = qid
         return prepare_each(msgs, max_size, host)
 
-    @staticmethod
-    def _topic_name(env: dict) -> str:
-        """The request's `topic`: BAD_FIELD when missing or not a string, BAD_TOPIC when not
-        a legal name (core.topics.topic_name_problem)."""
-        topic = field(env, "topic", str)
-        problem = topic_name_problem(topic)
-        if problem:
-            raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
-        return topic
-
-    def _create_topic(self, env, frames, received):
-        topic = self._topic_name(env)
-        if is_system_topic(topic):
-            raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
-                                                     "it cannot be created")
-        queues = field(env, "queues", int, None)
-        if queues is None:                    # get or create: an existing topic is kept as it is
-            queues = self.topics.get(topic) or self.config.default_topic_queue_nums
-        problem = queue_count_problem(queues)
-        if problem:
-            raise ProtocolError(ErrorCode.BAD_FIELD, problem)
-        if self.topics.set_queues(topic, queues):
-            self._topics_changed()
-        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
-
-    def _topic_info(self, env, frames, received):
-        topic = self._topic_name(env)
-        queues = self.topics.get(topic)
-        if queues is None:
-            return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
-        return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
-
     def _topics_changed(self) -> None:
         self.cb.set(Word.TOPICS_VERSION, self.cb.get(Word.TOPICS_VERSION) + 1)
 
@@ -464,7 +471,7 @@ class Appender(ServiceLoop):
         self._take_requests()
         self._finish_group()
         self.outbox.send(self._send)
-        while self.waiters:
+        while self.waiters or (self.replica is not None and self.replica.waiters):
             self.wait_for_running(self.interval_ms)
             self._take_requests()
             self._answer_waiters()
@@ -474,9 +481,11 @@ class Appender(ServiceLoop):
 
     def close(self) -> None:
         for sock in (getattr(self, n, None) for n in
-                     ("front", "flush_push", "commit_push", "flushed_sub")):
+                     ("front", "flush_push", "commit_push", "flushed_sub", "ha_push")):
             if sock is not None:
                 sock.close(0)
+        if self.replica is not None:
+            self.replica.close()
         self.allocator.close()
         if self.pool is not None:
             for mf in self.commitlog.queue.files:

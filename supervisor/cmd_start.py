@@ -1,12 +1,14 @@
 """`mqstore start [--config FILE] [--store DIR] [--host H] [--port P] [--metrics-port M]
-[--foreground]`: run a store under the supervisor, in this terminal, until Ctrl-C, SIGTERM or
-`mqstore stop`.
+[--role ROLE] [--master HOST:PORT] [--foreground]`: run a store under the supervisor, in this
+terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
 
 The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` and `--port`
 (core.config); without `--store` or a store directory in the configuration the store is
 `./store-data`, as for every command (supervisor.cli). The front door listens on
-`--port` (default the `listen_port` key, 10911), the appender on port+2 and the reader on
-port+3; `--port 0` picks free ports. Once every service runs, the supervisor prints
+`--port` (default the `listen_port` key, 10911), the ha process (replication) on port+1
+unless `ha_listen_port` is configured, the appender on port+2 and the reader on port+3;
+`--port 0` picks free ports. `--role` and `--master` set `broker_role` and
+`ha_master_address` (`--master` alone means a slave). Once every service runs, the supervisor prints
 `mqstore ready at tcp://HOST:PORT` on stdout (and writes it to `<store>/run/address`).
 Records are stamped with the store host the store listens at (`--host` when it is an IP
 address other than 0.0.0.0 or ::, else 127.0.0.1, and PORT), which every offset message id
@@ -51,6 +53,12 @@ def add_parser(subparsers):
     p.add_argument("--metrics-port", type=int, metavar="M",
                    help="serve Prometheus metrics at http://H:M/metrics (0 picks a free port; "
                         "`mqstore status` shows it)")
+    p.add_argument("--role", type=str.upper, choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+                   help="broker_role: ASYNC_MASTER (default), SYNC_MASTER (a put is answered once a "
+                        "slave has it) or SLAVE (follows --master, refuses puts, serves reads)")
+    p.add_argument("--master", metavar="HOST:PORT",
+                   help="ha_master_address: the master's replication port (its ha_listen_port, "
+                        "by default its --port + 1); implies --role SLAVE when --role is not given")
     p.add_argument("--foreground", action="store_true",
                    help="stay in the foreground (the only mode; accepted for scripts)")
     return p
@@ -61,7 +69,17 @@ def load_config(args) -> StoreConfig:
     config = store_config(args, must_exist=False)
     if args.port is not None:
         config = config.replace(listen_port=args.port)
+    role = args.role or ("SLAVE" if args.master else None)
+    if role is not None:
+        config = config.replace(broker_role=role)
+    if args.master is not None:
+        config = config.replace(ha_master_address=args.master)
     return config
+
+
+def ha_port(args, config: StoreConfig) -> int | None:
+    """The configured ha_listen_port (0: any free port), or None: the front door's port + 1."""
+    return config.ha_listen_port if configured(args.config, "ha_listen_port") else None
 
 
 def check_store_dir(root: str) -> None:
@@ -108,7 +126,7 @@ def run(args) -> int:
     from supervisor.runtime import SupervisorError, check_host, check_ports
     try:                                        # before anything is written in the store
         check_host(args.host)
-        check_ports(args.host, config.listen_port)
+        check_ports(args.host, config.listen_port, ha_port(args, config))
     except SupervisorError as e:
         raise UsageError(str(e)) from None
     check_store_dir(config.store_path_root_dir)
@@ -119,7 +137,8 @@ def run(args) -> int:
     metrics = Metrics(args.metrics_port, args.host) if args.metrics_port is not None else None
     sup = Supervisor(config, host=args.host, port=config.listen_port, metrics=metrics,
                      progress=ProgressBar("recovering", stream=err), out=out,
-                     store_host_configured=configured(args.config, "store_host"))
+                     store_host_configured=configured(args.config, "store_host"),
+                     ha_port=ha_port(args, config))
     sup.install_signal_handlers()
     logging.getLogger("mqstore").info("starting the store at %s", config.store_path_root_dir)
     return sup.run()

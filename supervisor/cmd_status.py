@@ -2,9 +2,11 @@
 
 Asks the supervisor's front door for `status` and prints, for each service, its pid, state,
 uptime, restarts, RSS and CPU; the CommitLog positions with their lags; the health flags; the
-store's disk use; any error (a service in BACKOFF, a failed recovery); and, asked of the reader,
-the consumer groups with members: each member's queues and their lag (`groups`). `--json`
-prints the reply's fields (with `groups`) as one JSON object instead of the table.
+store's disk use; replication (role, epoch, the master followed or each slave's acknowledged
+offset and lag); the delayed messages pending; any error (a service in BACKOFF, a failed
+recovery); and, asked of the reader, the consumer groups with members: each member's queues and
+their lag (`groups`). `--json` prints the reply's fields (with `groups`) as one JSON object
+instead of the table.
 
 The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--store` (its
 `run/address`, written by the supervisor once it is ready). Exit status: 0 when the store
@@ -267,6 +269,7 @@ def render(st: dict) -> str:
                      f"{human_bytes(disk['index_bytes'])}); file system "
                      f"{100 * disk['fs_used_ratio']:.1f}% used, {human_bytes(disk['fs_free'])} free")
     lines += render_lines(st.get("delayed") or {})
+    lines += render_replication(st.get("replication"))
     for err in st.get("errors", []):
         lines.append(f"error: {err}")
     groups = st.get("groups") or []
@@ -281,3 +284,23 @@ def render(st: dict) -> str:
     if len(rows) > 1:
         lines += [""] + _table(rows)
     return "\n".join(lines)
+
+
+def render_replication(repl) -> list[str]:
+    """The replication lines: role and epoch, then the master followed (a slave) or each slave
+    with its acknowledged offset and lag (a master)."""
+    if not repl:
+        return []
+    head = f"replication: {repl.get('role', '?')}  epoch {repl.get('epoch', 0)}  listening {repl.get('listen', '?')}"
+    if repl.get("role") == "SLAVE":
+        state = repl.get("state") or ("following" if repl.get("connected") else "not connected")
+        lines = [head, f"  master {repl.get('master') or '-'}: {state}, {repl.get('lag_bytes', 0)} B behind"
+                 + (f" ({repl['reason']})" if repl.get("reason") else "")]
+    else:
+        lines = [head + ("  FENCED: a newer master exists, puts are refused" if repl.get("fenced") else "")]
+        rows = [["SLAVE", "ADDRESS", "ACKED", "LAG", "LAG_S"]]
+        for sl in repl.get("slaves", []):
+            rows.append([str(sl.get("store_id")), str(sl.get("address")), str(sl.get("acked")),
+                         f"{sl.get('lag_bytes', 0)} B", f"{sl.get('lag_s', 0):g}"])
+        lines += ["  " + r for r in _table(rows)] if len(rows) > 1 else ["  no slave connected"]
+    return lines

@@ -51,6 +51,7 @@ from supervisor.delayed_report import DelayedReport
 from supervisor.front_door import FrontDoor
 from supervisor.processes import ServiceProcess
 from supervisor.recovery_cycle import RecoveryCycle, recover_store
+from supervisor.replication import Replication
 from supervisor.restart_policy import RestartPolicy
 from supervisor.retention import Retention
 from supervisor.runtime import (
@@ -71,16 +72,19 @@ class Interrupted(Exception):
 class Supervisor:
     def __init__(self, config, host: str = "127.0.0.1", port: int = 10911, metrics=None,
                  progress=None, out=None, policy: RestartPolicy | None = None,
-                 store_host_configured: bool = False):
+                 store_host_configured: bool = False, ha_port: int | None = None):
         self.config = config
         self.host, self.port = host, port
+        self.ha_port = ha_port                   # configured ha_listen_port; None: port + 1
         self.store_host_configured = store_host_configured
         self.metrics = metrics                   # supervisor.metrics.Metrics or None
         self.progress = progress                 # callable(done, total) [and finish()]: recovery
         self.out = out or sys.stdout
         self.policy = policy or RestartPolicy()
         self.delayed = DelayedReport()           # the scheduler's stats (status, metrics)
-        self.subscribers = [self.policy, self.delayed] + ([metrics] if metrics is not None else [])
+        self.replication = Replication(self)
+        self.subscribers = ([self.policy, self.delayed, self.replication]
+                            + ([metrics] if metrics is not None else []))
         self.lock = StoreLock(config.lock_path)
         self.abort = AbortFile(config.abort_path, REAL_FILE_OPS)
         self.run_ctx = None
@@ -163,7 +167,8 @@ class Supervisor:
         try:
             self.recovery_mode = "abnormal" if store.recovery_report.abnormal else "normal"
             self.run_ctx = prepare_run(self.config, store, self.host, self.port,
-                                       own_store_host=not self.store_host_configured)
+                                       own_store_host=not self.store_host_configured,
+                                       ha_port=self.ha_port)
             self.config = self.run_ctx.config
             log.info("%s recovery done: the log spans [%d, %d)", self.recovery_mode,
                      max(store.get_min_phy_offset(), 0), store.get_max_phy_offset())
@@ -192,7 +197,7 @@ class Supervisor:
     # -- start ---------------------------------------------------------------------------
     def _check_ports(self) -> None:
         """Fail before the recovery, not after it, when a port is taken; start the metrics."""
-        check_ports(self.host, self.port)
+        check_ports(self.host, self.port, self.ha_port)
         if self.metrics is not None:
             try:
                 self.metrics.start()
@@ -299,6 +304,7 @@ class Supervisor:
             self._restart_due()
             if self.cycle is not None:
                 self.cycle.poll()
+            self.replication.poll()
             if time.monotonic() >= next_sample:
                 next_sample = time.monotonic() + SAMPLE_INTERVAL_S
                 for svc in self.services.values():

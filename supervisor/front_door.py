@@ -1,5 +1,5 @@
 """The supervisor's front door: the ROUTER socket clients reach first (docs/PROTOCOL.md), with
-the operations `hello`, `status`, `topics` and `stop` registered in a `Handlers` table.
+the operations `hello`, `status`, `topics`, `stop`, `promote` and `follow` registered in a `Handlers` table.
 
 Beyond the fields PROTOCOL.md requires, `hello` names the supervisor's pid and `status` adds
 `lags`, `disk`, `errors` (why a service is in BACKOFF, why the store is down) and a
@@ -15,7 +15,8 @@ import time
 import zmq
 
 from core.topics import TopicTable
-from ipc.protocol import OK, PROTOCOL_VERSION, Handlers, reply
+from core.config import ConfigError, StoreConfig
+from ipc.protocol import OK, PROTOCOL_VERSION, ErrorCode, Handlers, ProtocolError, field, reply
 from supervisor import status_report
 
 log = logging.getLogger("mqstore.supervisor.front")
@@ -30,6 +31,8 @@ class FrontDoor:
         self.handlers.op("status")(self.status)
         self.handlers.op("topics")(self.topics)
         self.handlers.op("stop")(self.stop)
+        self.handlers.op("promote")(self.promote)
+        self.handlers.op("follow")(self.follow)
         self._table = TopicTable(os.path.join(supervisor.config.config_dir, "topics.json"))
 
     def serve(self) -> None:
@@ -77,7 +80,8 @@ class FrontDoor:
                                "uptime_s": round(time.monotonic() - sup.started, 3),
                                "address": sup.run_ctx.endpoints["front"],
                                "store": sup.config.store_path_root_dir,
-                               "recovery": sup.recovery_mode}}
+                               "recovery": sup.recovery_mode},
+                "replication": sup.replication.report()}
         for entry in info["services"]:
             wait = sup.policy.restart_in(entry["name"])
             if wait is not None:
@@ -93,6 +97,26 @@ class FrontDoor:
 
     def topics(self, env, frames, peer):
         return _reply(env, {"topics": status_report.read_topics(self.sup.config, self._table)})
+
+    def promote(self, env, frames, peer):
+        """A slave becomes a master (`role`, default ASYNC_MASTER); run from the loop."""
+        role = field(env, "role", str, "ASYNC_MASTER").upper()
+        why = self.sup.replication.request_promote(role)
+        if why:
+            raise ProtocolError(ErrorCode.UNAVAILABLE, why)
+        return _reply(env, {"accepted": True})
+
+    def follow(self, env, frames, peer):
+        """This store becomes a slave of `master` (HOST:PORT, its ha_listen_port)."""
+        master = field(env, "master", str)
+        try:
+            StoreConfig(store_path_root_dir=self.sup.config.store_path_root_dir, ha_master_address=master)
+        except ConfigError as e:
+            raise ProtocolError(ErrorCode.BAD_FIELD, str(e)) from None
+        why = self.sup.replication.request_follow(master)
+        if why:
+            raise ProtocolError(ErrorCode.UNAVAILABLE, why)
+        return _reply(env, {"accepted": True})
 
     def stop(self, env, frames, peer):
         log.info("stop requested by a client")

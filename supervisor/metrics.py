@@ -9,8 +9,10 @@ by prometheus-client's HTTP server on its own thread. It keeps:
 - from any service's `stats` event, every other map named `<what>_latency` (the flusher's
   `flush_latency`, the committer's `commit_latency`, ...) as a histogram by service;
 - from the supervisor once a second (`update`): the control block's positions and lags and
-  flags, each service's state, RSS, CPU and restarts (psutil), the delayed messages pending
-  and delivered (supervisor.delayed_report), and every 10 s the disk use.
+  flags, each service's state, RSS, CPU and restarts (psutil), replication (epoch, slaves,
+  lag, bytes sent or received; supervisor/replication.py), the delayed messages pending and
+  delivered (supervisor.delayed_report), and every 10 s the disk use. The SYNC_MASTER wait is
+  the appender's `replica_latency` (operation "replica").
 
 A latency map's keys are bucket upper bounds in milliseconds (a key that is not a number,
 such as "inf", is the overflow bucket) and its values counts in that bucket alone; its key
@@ -167,7 +169,8 @@ class Metrics:
         with self._lock:
             self._snapshot = {"positions": pos, "lags": status_report.lags(pos),
                               "flags": set(status_report.flags(cb)), "services": services,
-                              "delayed": sup.delayed.snapshot()}
+                              "delayed": sup.delayed.snapshot(),
+                              "replication": sup.replication.report()}
             if disk is not None:
                 self._disk = disk
 
@@ -230,6 +233,7 @@ class Metrics:
                 restarts.add_metric([name], n)
             yield from (state, rss, cpu, restarts)
             yield from delayed_families(snap["delayed"])
+            yield from _replication_metrics(snap.get("replication") or {})
         if disk:
             g = GaugeMetricFamily("mqstore_disk_bytes", "Disk use of the store and its file "
                                   "system", labels=["what"])
@@ -239,3 +243,26 @@ class Metrics:
             yield g
             yield GaugeMetricFamily("mqstore_disk_used_ratio", "Used share of the store's file "
                                     "system", value=disk["fs_used_ratio"])
+
+
+def _replication_metrics(repl: dict):
+    """Replication gauges from supervisor/replication.py's report: the epoch, connected slaves
+    (a master), the lag in bytes of each slave (a master) or of this slave, bytes sent or
+    received by the ha process since it started."""
+    yield GaugeMetricFamily("mqstore_replication_epoch", "This store's epoch (a slave: its "
+                            "master's)", value=repl.get("epoch", 0))
+    slave = repl.get("role") == "SLAVE"
+    yield GaugeMetricFamily("mqstore_replication_slaves", "Slaves connected to this master",
+                            value=0 if slave else repl.get("slaves_connected", 0))
+    g = GaugeMetricFamily("mqstore_replication_lag_bytes", "Bytes of the master's log a slave "
+                          "has not acknowledged (on a slave: not received)", labels=["slave"])
+    if slave:
+        g.add_metric(["self"], repl.get("lag_bytes", 0))
+    for sl in repl.get("slaves", []):
+        g.add_metric([str(sl.get("store_id"))], sl.get("lag_bytes", 0))
+    yield g
+    c = CounterMetricFamily("mqstore_replication_bytes", "CommitLog bytes the ha process sent "
+                            "(master) or received (slave) since it started", labels=["direction"])
+    c.add_metric(["received" if slave else "sent"],
+                 repl.get("bytes_received" if slave else "bytes_sent", 0))
+    yield c

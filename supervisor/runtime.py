@@ -37,9 +37,11 @@ from ipc.control_block import (
 log = logging.getLogger("mqstore.supervisor")
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "appender", "reader", "scheduler")
-# The scheduler stops first: its re-puts in flight are answered while the appender runs.
-STOP_ORDER = ("scheduler", "appender", "committer", "flusher", "reput", "allocator", "reader")
+SERVICE_ORDER = ("allocator", "flusher", "committer", "reput", "ha", "appender", "reader", "scheduler")
+# The scheduler stops first: its re-puts in flight are answered while the appender runs. The ha
+# process stops after the appender (a master sends its slaves the last puts) and before the
+# flusher (on a slave it is the CommitLog's writer: the final flush covers what it wrote).
+STOP_ORDER = ("scheduler", "appender", "ha", "committer", "flusher", "reput", "allocator", "reader")
 # Seconds between SIGTERM and SIGKILL at a clean stop: the services that make data durable
 # (flusher, reput) drain longest (RocketMQ joins its flush services for up to 5 minutes).
 STOP_GRACE_S = {"appender": 30.0, "committer": 60.0, "flusher": 120.0, "reput": 120.0,
@@ -147,15 +149,19 @@ def check_host(host: str) -> None:
                               "of this machine, 0.0.0.0 or ::", exit_code=2)
 
 
-def check_ports(host: str, port: int) -> None:
-    """SupervisorError naming the port and its role unless port, port+2 and port+3 are free
-    (port 0: free ports are picked later, nothing to check)."""
-    if not port:
-        return
-    if port + 3 > 65535:
-        raise SupervisorError(f"--port {port}: the store also needs port+2 and port+3, so the "
-                              "port must be at most 65532", exit_code=2)
-    for p, role in ((port, "front door"), (port + 2, "appender"), (port + 3, "reader")):
+def check_ports(host: str, port: int, ha_port: int | None = None) -> None:
+    """SupervisorError naming the port and its role unless port, port+2 and port+3 are free,
+    and the replication port: `ha_port` when one is configured (0: any), else port+1 (port
+    0: free ports are picked later, nothing to check)."""
+    wanted = [(ha_port, "replication (ha_listen_port)")] if ha_port else []
+    if port:
+        if port + 3 > 65535:
+            raise SupervisorError(f"--port {port}: the store also needs port+1 to port+3, so the "
+                                  "port must be at most 65532", exit_code=2)
+        wanted += [(port, "front door"), (port + 2, "appender"), (port + 3, "reader")]
+        if ha_port is None:
+            wanted.append((port + 1, "replication (ha_listen_port: --port + 1)"))
+    for p, role in wanted:
         reason = port_error(host, p)
         if reason:
             raise SupervisorError(
@@ -164,16 +170,21 @@ def check_ports(host: str, port: int) -> None:
                 "uses --port, --port+2 and --port+3)", exit_code=2)
 
 
-def plan_endpoints(host: str, port: int) -> dict:
-    """Front door at `port`, appender at port+2, reader at port+3; free ports when port is 0."""
+def plan_endpoints(host: str, port: int, ha_port: int | None = None) -> dict:
+    """Front door at `port`, appender at port+2, reader at port+3; free ports when port is 0.
+    The ha process (replication) listens at `ha_port` when it is configured (0: a free port),
+    else at port+1 as RocketMQ's haListenPort (the broker's listenPort + 1), or a free port."""
     if port:
-        ports = (port, port + 2, port + 3)
+        ports = [port, port + 2, port + 3]
     else:
         ports = []
         for _ in range(3):
             ports.append(free_port(host, ports))
+    if ha_port is None:
+        ha_port = port + 1 if port else 0
+    ports.append(ha_port or free_port(host, ports))
     h = f"[{host}]" if ":" in host else host
-    return {name: f"tcp://{h}:{p}" for name, p in zip(("front", "appender", "reader"), ports)}
+    return {name: f"tcp://{h}:{p}" for name, p in zip(("front", "appender", "reader", "ha"), ports)}
 
 
 def listening_store_host(config, endpoints: dict, host: str) -> str:
@@ -192,19 +203,21 @@ def listening_store_host(config, endpoints: dict, host: str) -> str:
 
 
 def prepare_run(config, store, host: str = "127.0.0.1", port: int = 0,
-                own_store_host: bool = False) -> RunContext:
+                own_store_host: bool = False, ha_port: int | None = None) -> RunContext:
     """Write run/ and create the control block from a loaded (recovered) `core.MessageStore`.
     With `own_store_host`, the run's config (run/config.json, RunContext.config) has the
-    `store_host` of `listening_store_host`."""
+    `store_host` of `listening_store_host`. Its `ha_listen_port` is the port planned for the
+    ha process (`plan_endpoints`; `ha_port` None: derived from `port`)."""
     run = config.run_dir
     os.makedirs(run, exist_ok=True)
     os.makedirs(config.logs_dir, exist_ok=True)
     for name in os.listdir(run):
         if name.endswith(".sock") or name in ("address", "control", "endpoints.json"):
             os.unlink(os.path.join(run, name))
-    endpoints = plan_endpoints(host, port)
+    endpoints = plan_endpoints(host, port, ha_port)
     if own_store_host:
         config = config.replace(store_host=listening_store_host(config, endpoints, host))
+    config = config.replace(ha_listen_port=int(endpoints["ha"].rpartition(":")[2]))
     _write_json(os.path.join(run, "config.json"), config.to_dict())
     _write_json(os.path.join(run, "endpoints.json"), endpoints)
     cb = ControlBlock(f"mqstore-{os.getpid()}-{secrets.token_hex(4)}", create=True)
@@ -236,6 +249,14 @@ def seed_control_block(cb: ControlBlock, config, store) -> None:
     cb.set(Word.SLAVE, int(config.is_slave))
     cb.set(Word.POOL_ENABLED, int(config.use_transient_store_pool))
     cb.set(Word.WRITABLE, 1)
+    clear_replication_words(cb)
+
+
+def clear_replication_words(cb: ControlBlock) -> None:
+    """The ha process's words back to zero, with it stopped: at a seed and at a role change
+    (a new master's acknowledged offsets start from nothing)."""
+    for w in range(Word.HA_EPOCH, Word.POOL_BASE):
+        cb.set(w, 0)
 
 
 def reseed_control_block(cb: ControlBlock, config, store) -> None:
@@ -434,3 +455,8 @@ def _write_json(path: str, obj) -> None:
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1)
     os.replace(tmp, path)
+
+
+def write_run_config(config) -> None:
+    """run/config.json again (a role change): every service started from now on reads it."""
+    _write_json(os.path.join(config.run_dir, "config.json"), config.to_dict())

@@ -28,7 +28,7 @@ FLAG_WORDS = {
     "writable": Word.WRITABLE, "disk_full": Word.DISK_FULL, "space_full": Word.SPACE_FULL,
     "flush_failed": Word.FLUSH_FAILED,
     "draining": Word.DRAINING, "slave": Word.SLAVE, "sync_flush": Word.SYNC_FLUSH,
-    "transient_pool": Word.POOL_ENABLED,
+    "transient_pool": Word.POOL_ENABLED, "fenced": Word.HA_FENCED,
 }
 LAGS = {
     "commit": ("wrote", "committed"), "flush": ("wrote", "flushed"),
@@ -49,7 +49,7 @@ def flags(cb: ControlBlock) -> list[str]:
 def puts(flag_names) -> str:
     """Whether the appender takes puts, from the flags (its refusal rule, SERVICES.md): the
     WRITABLE word alone does not say it (a slave keeps it set and refuses every put)."""
-    why = [name for name in ("slave", "disk_full", "space_full", "flush_failed", "draining")
+    why = [name for name in ("slave", "fenced", "disk_full", "space_full", "flush_failed", "draining")
            if name in flag_names]
     if "writable" not in flag_names:
         why.insert(0, "not writable")

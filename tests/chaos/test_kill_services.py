@@ -61,7 +61,8 @@ def pulled_bodies(s: SupervisedStore, topic: str, queues: int = 4) -> dict:
     return found
 
 
-@pytest.mark.parametrize("name", ["allocator", "flusher", "reput", "appender", "reader", "scheduler"])
+@pytest.mark.parametrize("name", ["allocator", "flusher", "reput", "ha", "appender", "reader",
+                                  "scheduler"])
 def test_sigkill_of_a_service_is_restarted(running, name):
     acked = {}
     for i in range(20):
@@ -147,7 +148,7 @@ def test_failed_flush_runs_abnormal_recovery_and_restarts_everything(tmp_path):
         open(trigger, "w").close()
         put_until_ok(s, "Durable", b"wakes the flusher")
         assert wait_for(lambda: not os.path.exists(trigger), 10), "the fault never fired"
-        for name in ("allocator", "flusher", "reput", "appender", "reader"):
+        for name in ("allocator", "flusher", "reput", "ha", "appender", "reader"):
             s.wait_service(name, "RUNNING", timeout=60, restarts=1)
         st = s.status()
         assert "flush_failed" not in st["flags"] and "writable" in st["flags"]

@@ -22,7 +22,7 @@ from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli, pid_gone
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)
 
-SERVICES = ["allocator", "flusher", "reput", "appender", "reader", "scheduler"]
+SERVICES = ["allocator", "flusher", "reput", "ha", "appender", "reader", "scheduler"]
 
 
 def free_port() -> int:

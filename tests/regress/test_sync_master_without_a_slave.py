@@ -1,8 +1,9 @@
 """Regression: broker_role SYNC_MASTER answered PUT_OK although no slave could have the
-message (mqstore has no replication yet). RocketMQ's CommitLog, for a SYNC_MASTER whose slave
-is not there, stores the message and answers SLAVE_NOT_AVAILABLE, unless the message does not
-wait for the store's answer (WAIT false). The engine and the appender service both do that now
-(the service's test: tests/integration/test_write_services.py)."""
+message. RocketMQ's CommitLog, for a SYNC_MASTER whose slave is not there, stores the message
+and answers SLAVE_NOT_AVAILABLE, unless the message does not wait for the store's answer
+(WAIT false). The embedded engine is a single node (replication is the process form's ha
+service), so it always answers so; the appender service does when no slave is connected
+(tests/integration/test_write_services.py, tests/integration/test_replication.py)."""
 import time
 
 import pytest

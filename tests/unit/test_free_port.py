@@ -1,4 +1,4 @@
-"""`--port 0` picks the store's three ports below the kernel's ephemeral range, so that no
+"""`--port 0` picks the store's four ports below the kernel's ephemeral range, so that no
 outgoing connection made between the pick and the service's bind can take one of them
 (the cause of an occasional "Address already in use" at start)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ def test_picked_ports_are_free_distinct_and_outside_the_ephemeral_range():
     lo, _ = ephemeral_range()
     endpoints = plan_endpoints("127.0.0.1", 0)
     ports = [int(e.rpartition(":")[2]) for e in endpoints.values()]
-    assert len(set(ports)) == 3
+    assert len(set(ports)) == 4          # front door, appender, reader, ha
     for port in ports:
         assert 1024 <= port < lo
         with socket.socket() as s:

@@ -1,0 +1,46 @@
+"""The appender's topic operations (docs/PROTOCOL.md, `create_topic` and `topic_info`): over
+the appender's `TopicTable` (config/topics.json, which the appender owns)."""
+from __future__ import annotations
+
+from core.topics import is_system_topic, queue_count_problem, topic_name_problem
+from ipc.protocol import OK, ErrorCode, ProtocolError, error_reply, field, pack
+
+
+def register_topic_ops(handlers, app) -> None:
+    """Register `create_topic` and `topic_info` of appender `app` in `handlers`."""
+    handlers.op("create_topic")(lambda env, frames, received: create_topic(app, env, frames, received))
+    handlers.op("topic_info")(lambda env, frames, received: topic_info(app, env, frames, received))
+
+
+def topic_name(env: dict) -> str:
+    """The request's `topic`: BAD_FIELD when missing or not a string, BAD_TOPIC when not a
+    legal name (core.topics.topic_name_problem)."""
+    topic = field(env, "topic", str)
+    problem = topic_name_problem(topic)
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
+    return topic
+
+
+def create_topic(app, env, frames, received):
+    topic = topic_name(env)
+    if is_system_topic(topic):
+        raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
+                                                 "it cannot be created")
+    queues = field(env, "queues", int, None)
+    if queues is None:                    # get or create: an existing topic is kept as it is
+        queues = app.topics.get(topic) or app.config.default_topic_queue_nums
+    problem = queue_count_problem(queues)
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_FIELD, problem)
+    if app.topics.set_queues(topic, queues):
+        app._topics_changed()
+    return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
+
+
+def topic_info(app, env, frames, received):
+    topic = topic_name(env)
+    queues = app.topics.get(topic)
+    if queues is None:
+        return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
+    return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
