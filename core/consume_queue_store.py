@@ -1,5 +1,14 @@
 """`ConsumeQueueStore`: every topic's consume queues under `consumequeue/<topic>/<queue_id>/`,
 loaded together, recovered together, flushed together and truncated together.
+
+Built for tens of thousands of queues (issue 27): the queues share one `MappingWindow`, so the
+process maps at most `window_capacity` consume-queue segments whatever their number; files
+are sparse and take blocks as entries are written with pwrite (`MappedFile.write`); a new
+queue's file is created without an fsync, and its directories are made durable by the next
+flush (`MappedFileQueue.new_dirs`); recovery reads each queue's tail only. A flush that finds
+more than SYNCFS_AT queues to flush makes the whole file system durable with one syncfs(2)
+(`FileOps.sync_filesystem`) instead of one fdatasync per file: 80,000 queues with one new
+entry each were 80,000 journal commits.
 """
 from __future__ import annotations
 
@@ -8,13 +17,18 @@ import threading
 
 from core.consume_queue import ConsumeQueue
 from core.fileops import FileOps
+from core.mapping_window import DEFAULT_CAPACITY, MappingWindow
+
+SYNCFS_AT = 64                 # queues to flush at once from which one syncfs is cheaper
 
 
 class ConsumeQueueStore:
-    def __init__(self, root_dir: str, mapped_file_size: int, fileops: FileOps):
+    def __init__(self, root_dir: str, mapped_file_size: int, fileops: FileOps,
+                 window_capacity: int = DEFAULT_CAPACITY):
         self.root_dir = root_dir
         self.mapped_file_size = mapped_file_size
         self.fileops = fileops
+        self.window = MappingWindow(window_capacity)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
 
@@ -31,11 +45,16 @@ class ConsumeQueueStore:
                     self.queues[topic, int(qid)] = cq
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(topic, queue_id, self.root_dir, self.mapped_file_size, self.fileops)
+        return ConsumeQueue(topic, queue_id, self.root_dir, self.mapped_file_size, self.fileops,
+                            window=self.window)
 
-    def recover(self) -> None:
-        for cq in self.queues.values():
+    def recover(self, progress=None) -> None:
+        """Recover every queue (its tail only); `progress(done, total)` counts queues."""
+        queues = list(self.queues.values())
+        for i, cq in enumerate(queues):
             cq.recover()
+            if progress is not None and (i % 1000 == 999 or i == len(queues) - 1):
+                progress(i + 1, len(queues))
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
@@ -64,10 +83,27 @@ class ConsumeQueueStore:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
     def flush(self, least_pages: int = 0) -> None:
-        for cq in list(self.queues.values()):
-            while not cq.flush(least_pages):
+        """Flush every queue with least_pages dirty pages (all of it with 0), then the
+        directories of the files created since the last flush."""
+        queues = [cq.queue for cq in list(self.queues.values())]
+        due = [q for q in queues if q.flush_due(least_pages)]
+        dirs = set()
+        for q in queues:
+            if q.new_dirs:                       # taken before the flush: a file created during
+                new, q.new_dirs = q.new_dirs, set()     # it waits for the next one
+                dirs |= new
+        if len(due) + len(dirs) >= SYNCFS_AT:
+            marks = [(q, q.unflushed()) for q in due]
+            self.fileops.sync_filesystem(self.root_dir)
+            for q, m in marks:
+                q.mark_flushed(m)
+            return
+        for q in due:
+            while not q.flush(least_pages):
                 if least_pages:
                     break
+        for d in sorted(dirs, key=len, reverse=True):     # deeper first: a file's own directory
+            self.fileops.fsync_dir(d)
 
     def truncate_dirty(self, phys_offset: int) -> None:
         """Drop entries of every queue that point at records ending past `phys_offset`."""

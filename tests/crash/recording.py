@@ -216,6 +216,10 @@ class RecordingMapping(Mapping):
     def lock_in_memory(self) -> bool:
         return False
 
+    def write(self, pos: int, data) -> None:
+        """pwrite: into the page cache (`live`), as a store through the mapping is."""
+        self.buf[pos:pos + len(data)] = data
+
     def close(self) -> None:
         if isinstance(self.buf, memoryview):
             self.buf.release()
@@ -289,6 +293,30 @@ class RecordingFileOps(FileOps):
             os.rename(tmp, key)
             self._images[key] = FileImage(key, bytes(size))
             self.created.append(key)
+
+    def create_sparse_file(self, path: str, size: int) -> list[str]:
+        """As `create_file` (names are durable at once in this model), with no blocks."""
+        key = self._key(path)
+        with self._lock:
+            self._check_alive()
+            if self.enospc_on_create:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), key)
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            if os.path.exists(key):
+                return []
+            with open(key, "wb") as f:
+                f.truncate(size)
+            self._images[key] = FileImage(key, bytes(size))
+            self.created.append(key)
+            return [os.path.dirname(key)]
+
+    def sync_filesystem(self, path: str) -> None:
+        """syncfs: every image under `path` is flushed whole (one flush call each)."""
+        with self._lock:
+            root = self._key(path)
+            for key, image in list(self._images.items()):
+                if key.startswith(root + os.sep):
+                    self._flush_range(image, 0, len(image.live), len(image.live))
 
     def write_file_atomic(self, path: str, data: bytes) -> None:
         key = self._key(path)
