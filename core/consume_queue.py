@@ -30,42 +30,46 @@ TAIL_ENTRIES = 256                   # entries `recover` checks at the end of a 
 log = logging.getLogger(__name__)
 
 
-def written_end(mapping, start: int, file_size: int) -> int:
-    """The byte position after the last written entry in [start, file_size) of one segment.
+def written_end(reader, start: int, file_size: int) -> int:
+    """The byte position after the last written entry in [start, file_size) of one segment;
+    `reader` is a `Mapping` or a `FileReader` (`data_ranges`, `read`).
 
     Entries are written densely from the segment's start (fillers have size 0x7FFFFFFF) and
     the bytes past them are zero, so the written ones (size != 0) form a prefix: a binary
     search finds its end, reading one entry per step. It searches below the end of the file's
-    data only (`Mapping.data_ranges`: a sparse file's holes are never read), since a read of a
-    hole through a mapping is a page fault that took ~180 us here: 19 of them for each of
-    4,000 queues made a 17 s start."""
-    buf = mapping.buf
-    ranges = mapping.data_ranges(start, file_size)
+    data only (`data_ranges`: a sparse file's holes are never read), since a read of a hole
+    through a mapping is a page fault that took ~180 us here: 19 of them for each of 4,000
+    queues made a 17 s start."""
+    ranges = reader.data_ranges(start, file_size)
     limit = ranges[-1][1] if ranges else start
-    if start >= limit or ENTRY.unpack_from(buf, start)[1] == 0:
+
+    def size_at(index: int) -> int:
+        return ENTRY.unpack(reader.read(index * UNIT_SIZE, UNIT_SIZE))[1]
+
+    if start >= limit or size_at(start // UNIT_SIZE) == 0:
         return start
     lo, hi = start // UNIT_SIZE + 1, limit // UNIT_SIZE          # first unwritten is in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2
-        if ENTRY.unpack_from(buf, mid * UNIT_SIZE)[1] == 0:
+        if size_at(mid) == 0:
             hi = mid
         else:
             lo = mid + 1
     return lo * UNIT_SIZE
 
 
-def _check_entries(buf, lo: int, hi: int) -> tuple[int, int | None]:
+def _check_entries(reader, lo: int, hi: int) -> tuple[int, int | None]:
     """(the index of the first invalid entry in [lo, hi), or hi; the end of the newest real
     entry before it, or None)."""
-    entries = np.frombuffer(bytes(buf[lo * UNIT_SIZE:hi * UNIT_SIZE]), ENTRY_DTYPE)
-    bad = np.flatnonzero((entries["phys"] < 0) | (entries["size"] <= 0))
-    valid = len(entries) if len(bad) == 0 else int(bad[0])
-    real = np.flatnonzero(entries["size"][:valid] != BLANK_SIZE)
-    real_end = None
-    if len(real):
-        last = entries[real[-1]]
-        real_end = int(last["phys"]) + int(last["size"])
-    return lo + valid, real_end
+    data = reader.read(lo * UNIT_SIZE, (hi - lo) * UNIT_SIZE)
+    valid, real_end = lo, None
+    for phys, size, _ in ENTRY.iter_unpack(data):
+        if phys < 0 or size <= 0:
+            break
+        if size != BLANK_SIZE:
+            real_end = phys + size
+        valid += 1
+    return valid, real_end
 
 
 class ConsumeQueue:
@@ -88,54 +92,55 @@ class ConsumeQueue:
 
     def recover(self) -> None:
         """Keep the valid entries of the last three segments (offset >= 0 and size > 0), cut
-        the rest. Each segment is read at its tail only (`_valid_prefix`), so recovering a
-        queue costs a few pages whatever its length and however many queues there are."""
+        the rest. Each segment is read at its tail only, with pread (`_valid_prefix`), so
+        recovering a queue costs a few reads whatever its length, maps nothing, and a queue
+        whose entries are all valid (every queue after a clean stop) is not written to."""
         files = self.queue.files
         if not files:
             return
         start = max(0, len(files) - 3)
         end = files[start].file_from_offset
+        clean = False
         for mf in files[start:]:
-            valid, count, real_end = self._valid_prefix(mf)
+            with self.queue.fileops.open_reader(mf.path) as reader:
+                valid, written, real_end = self._valid_prefix(reader, mf.file_size)
+                if mf is files[0] and valid:
+                    phys, size, _ = ENTRY.unpack(reader.read(0, UNIT_SIZE))
+                    if size != BLANK_SIZE:     # correct_min_offset need not read it again
+                        self.min_entry_phys = (mf.file_from_offset // UNIT_SIZE, phys)
             if real_end is not None:
                 self.max_physic_offset = real_end
             end = mf.file_from_offset + valid * UNIT_SIZE
-            if valid < count:
+            clean = mf is files[-1] and valid == written
+            if valid < mf.file_size // UNIT_SIZE:
                 break
-        self.queue.truncate_dirty_files(end)
+        if clean:
+            files[-1].set_positions(end - files[-1].file_from_offset)
+        else:
+            self.queue.truncate_dirty_files(end)
         self.queue.flushed_where = self.queue.committed_where = end
         first = self.queue.get_first_mapped_file()
         if first is not None:
             self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset)
-            if start == 0:                     # read while it is mapped: correct_min_offset
-                entry = self.get_entry(first.file_from_offset // UNIT_SIZE)   # then need not
-                if entry is not None and entry[1] != BLANK_SIZE:
-                    self.min_entry_phys = (first.file_from_offset // UNIT_SIZE, entry[0])
 
-    def _valid_prefix(self, mf) -> tuple[int, int, int | None]:
-        """(how many leading entries of `mf` are valid, how many it holds, the end of the
-        newest real entry among the valid ones or None).
+    def _valid_prefix(self, reader, file_size: int) -> tuple[int, int, int | None]:
+        """(how many leading entries of a segment are valid, how many are written, the end of
+        the newest real entry among the valid ones or None).
 
         Entries are written densely from a segment's start and nothing is written past them,
         so the written ones are found by a binary search for the first entry of size 0
-        (`written_end`: about 19 entries read in a 300,000-entry segment), and the last
+        (`written_end`: at most 19 entries read in a 300,000-entry segment), and the last
         TAIL_ENTRIES of them are checked, as RocketMQ's scan would, for an invalid entry (a
-        torn write); entries before the tail were flushed before them. A tail of fillers only
-        (a queue that starts late) is scanned back from there for the newest real entry."""
-        buf = self.queue.hold(mf)
-        if buf is None:
-            return 0, 0, None
-        count = mf.file_size // UNIT_SIZE
-        try:
-            written = written_end(mf.mapping, 0, mf.file_size) // UNIT_SIZE
-            lo = max(0, written - TAIL_ENTRIES)
-            valid, real_end = _check_entries(buf, lo, written)
-            while real_end is None and lo > 0:
-                hi, lo = lo, max(0, lo - _RECOVER_CHUNK)
-                _, real_end = _check_entries(buf, lo, hi)
-            return valid, count, real_end
-        finally:
-            mf.release()
+        torn write); entries before the tail were flushed before them (after a crash, the
+        abnormal recovery's re-dispatch compares every entry it rewrites). A tail of fillers
+        only (a queue that starts late) is scanned back from there for the newest real entry."""
+        written = written_end(reader, 0, file_size) // UNIT_SIZE
+        lo = max(0, written - TAIL_ENTRIES)
+        valid, real_end = _check_entries(reader, lo, written)
+        while real_end is None and lo > 0:
+            hi, lo = lo, max(0, lo - _RECOVER_CHUNK)
+            _, real_end = _check_entries(reader, lo, hi)
+        return valid, written, real_end
 
     def _file_entries(self, mf, upto: int) -> np.ndarray:
         buf = self.queue.hold(mf)

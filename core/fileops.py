@@ -20,6 +20,47 @@ TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted" + TMP_SUFFIX   # a file being deleted in the background
 
 
+def _data_ranges(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    pos = lo
+    try:
+        while pos < hi:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+            if start >= hi:
+                break
+            pos = min(os.lseek(fd, start, os.SEEK_HOLE), hi)
+            out.append((start, pos))
+    except OSError as e:
+        if e.errno != errno.ENXIO:             # ENXIO: no data at or after pos
+            out.append((pos, hi))
+    return out
+
+
+class FileReader:
+    """A file read with pread, not mapped: recovery reads a few entries at the tail of each of
+    tens of thousands of consume-queue files, and an mmap and munmap cost more than those
+    reads (and a descriptor while mapped). `data_ranges` and `read` as `Mapping`'s."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        return _data_ranges(self._fd, lo, hi)
+
+    def read(self, pos: int, size: int) -> bytes:
+        return os.pread(self._fd, size, pos)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> "FileReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Mapping:
     """A file mapped MAP_SHARED. `buf` is written and read in place (slices, struct.pack_into)."""
 
@@ -56,23 +97,16 @@ class Mapping:
         the file system reports (SEEK_DATA/SEEK_HOLE: blocks never written, fallocated ones
         included, with no page of them in the cache; a page written through any mapping is
         in the cache). Where the file system cannot tell, the whole range."""
-        out: list[tuple[int, int]] = []
-        pos = lo
-        fd = self._fd if self._fd is not None else os.open(self.path, os.O_RDONLY)
+        if self._fd is not None:
+            return _data_ranges(self._fd, lo, hi)
+        fd = os.open(self.path, os.O_RDONLY)
         try:
-            while pos < hi:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-                if start >= hi:
-                    break
-                pos = min(os.lseek(fd, start, os.SEEK_HOLE), hi)
-                out.append((start, pos))
-        except OSError as e:
-            if e.errno != errno.ENXIO:             # ENXIO: no data at or after pos
-                out.append((pos, hi))
+            return _data_ranges(fd, lo, hi)
         finally:
-            if fd != self._fd:
-                os.close(fd)
-        return out
+            os.close(fd)
+
+    def read(self, pos: int, size: int) -> bytes:
+        return bytes(self.buf[pos:pos + size])
 
     def populate(self, length: int | None = None) -> None:
         """Prefault the first `length` bytes (all by default) for writing, so that first
@@ -121,6 +155,9 @@ class FileOps:
 
     def map_file(self, path: str, size: int, writable: bool = True) -> Mapping:
         return Mapping(path, size, writable)
+
+    def open_reader(self, path: str) -> FileReader:
+        return FileReader(path)
 
     def create_file(self, path: str, size: int) -> None:
         """Create `path` whole and atomically: `*.tmp`, fallocate, fsync, rename, fsync the directory.

@@ -226,6 +226,28 @@ class RecordingMapping(Mapping):
         self.buf = None
 
 
+class ImageReader:
+    """`FileReader` over a file image: what the page cache holds (`live`)."""
+
+    def __init__(self, image: FileImage):
+        self.image = image
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(lo, hi)] if lo < hi else []
+
+    def read(self, pos: int, size: int) -> bytes:
+        return bytes(self.image.live[pos:pos + size])
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def __enter__(self) -> "ImageReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class RecordingFileOps(FileOps):
     """`FileOps` over the real directory `root`, with in-memory images for mapped contents.
 
@@ -293,6 +315,15 @@ class RecordingFileOps(FileOps):
             os.rename(tmp, key)
             self._images[key] = FileImage(key, bytes(size))
             self.created.append(key)
+
+    def open_reader(self, path: str):
+        key = self._key(path)
+        with self._lock:
+            image = self._images.get(key)
+            if image is None:
+                with open(key, "rb") as f:
+                    image = self._images[key] = FileImage(key, f.read())
+        return ImageReader(image)
 
     def create_sparse_file(self, path: str, size: int) -> list[str]:
         """As `create_file` (names are durable at once in this model), with no blocks."""
