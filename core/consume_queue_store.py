@@ -22,6 +22,13 @@ from core.mapping_window import DEFAULT_CAPACITY, MappingWindow
 SYNCFS_AT = 64                 # queues to flush at once from which one syncfs is cheaper
 
 
+def _subdirs(path: str) -> list[str]:
+    """The names of the directories in `path`, sorted (the file type from the listing: no
+    stat per entry)."""
+    with os.scandir(path) as it:
+        return sorted(e.name for e in it if e.is_dir())
+
+
 class ConsumeQueueStore:
     def __init__(self, root_dir: str, mapped_file_size: int, fileops: FileOps,
                  window_capacity: int = DEFAULT_CAPACITY):
@@ -34,12 +41,9 @@ class ConsumeQueueStore:
 
     def load(self) -> None:
         self.fileops.make_dirs(self.root_dir)
-        for topic in sorted(os.listdir(self.root_dir)):
-            tdir = os.path.join(self.root_dir, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit() and os.path.isdir(os.path.join(tdir, qid)):
+        for topic in _subdirs(self.root_dir):
+            for qid in _subdirs(os.path.join(self.root_dir, topic)):
+                if qid.isdigit():
                     cq = self._new(topic, int(qid))
                     cq.load()
                     self.queues[topic, int(qid)] = cq

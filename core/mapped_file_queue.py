@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from core.fileops import FileOps
+from core.fileops import TMP_SUFFIX, FileOps
 from core.mapped_file import MappedFile, offset_to_file_name
 
 
@@ -39,15 +39,21 @@ class MappedFileQueue:
     def load(self) -> None:
         """Open every segment in name order. Leftover `*.tmp` files and a zero-length last file
         (an interrupted creation) are removed; any other size mismatch refuses the load."""
-        self.fileops.make_dirs(self.store_path)
-        self.fileops.remove_leftovers(self.store_path)
-        names = sorted(n for n in os.listdir(self.store_path)
-                       if n.isdigit() and os.path.isfile(os.path.join(self.store_path, n)))
+        try:
+            with os.scandir(self.store_path) as it:     # one listing: 80,000 queues load
+                entries = list(it)
+        except FileNotFoundError:
+            entries = []
+        if not entries:
+            self.fileops.make_dirs(self.store_path)
+        if any(e.name.endswith(TMP_SUFFIX) for e in entries):
+            self.fileops.remove_leftovers(self.store_path)
+        found = sorted((e.name, e) for e in entries if e.name.isdigit() and e.is_file())
         files = []
-        for i, name in enumerate(names):
-            path = os.path.join(self.store_path, name)
-            size = os.path.getsize(path)
-            if size == 0 and i == len(names) - 1:
+        for i, (name, entry) in enumerate(found):
+            path = entry.path
+            size = entry.stat().st_size
+            if size == 0 and i == len(found) - 1:
                 self.fileops.unlink(path)
                 continue
             if size != self.mapped_file_size:
