@@ -74,12 +74,6 @@ class Mapping:
         except Exception:
             os.close(self._fd)
             raise
-        if not writable:
-            # A read-only mapping never flushes nor allocates: the mmap's own duplicate of
-            # the descriptor is enough (Python 3.11 keeps one per mapping), so a reader holds
-            # one descriptor per mapped segment, not two.
-            os.close(self._fd)
-            self._fd = None
 
     def write(self, pos: int, data) -> None:
         """pwrite `data` at `pos` (see MappedFile.write); raises OSError, ENOSPC included."""
@@ -97,13 +91,7 @@ class Mapping:
         the file system reports (SEEK_DATA/SEEK_HOLE: blocks never written, fallocated ones
         included, with no page of them in the cache; a page written through any mapping is
         in the cache). Where the file system cannot tell, the whole range."""
-        if self._fd is not None:
-            return _data_ranges(self._fd, lo, hi)
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            return _data_ranges(fd, lo, hi)
-        finally:
-            os.close(fd)
+        return _data_ranges(self._fd, lo, hi)
 
     def read(self, pos: int, size: int) -> bytes:
         return bytes(self.buf[pos:pos + size])
@@ -142,8 +130,7 @@ class Mapping:
             except BufferError:
                 pass
             finally:
-                if self._fd is not None:
-                    os.close(self._fd)
+                os.close(self._fd)
 
     @property
     def closed(self) -> bool:
