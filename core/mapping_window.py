@@ -33,7 +33,7 @@ class MappingWindow:
             self._mapped[id(mf)] = mf
             self._mapped.move_to_end(id(mf))
             kept = []
-            while len(self._mapped) > self.capacity and len(kept) < len(self._mapped):
+            while self._mapped and len(self._mapped) + len(kept) > self.capacity:
                 key, old = self._mapped.popitem(last=False)
                 if old is mf or (old.is_mapped and not old.unmap_if_idle()):
                     kept.append((key, old))                # in use: stays mapped, stays listed

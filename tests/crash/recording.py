@@ -332,14 +332,18 @@ class RecordingFileOps(FileOps):
             self._check_alive()
             if self.enospc_on_create:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), key)
+            dirs, parent = [], os.path.dirname(key)
+            while not os.path.isdir(parent):
+                dirs.append(os.path.dirname(parent))
+                parent = os.path.dirname(parent)
             os.makedirs(os.path.dirname(key), exist_ok=True)
             if os.path.exists(key):
-                return []
+                return dirs
             with open(key, "wb") as f:
                 f.truncate(size)
             self._images[key] = FileImage(key, bytes(size))
             self.created.append(key)
-            return [os.path.dirname(key)]
+            return dirs + [os.path.dirname(key)]
 
     def sync_filesystem(self, path: str) -> None:
         """syncfs: every image under `path` is flushed whole (one flush call each)."""
