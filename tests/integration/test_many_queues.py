@@ -1,0 +1,163 @@
+"""A store with tens of thousands of queues (issue 27): it starts, serves and recovers, normal
+and abnormal, with `mqstore check` clean, under a descriptor limit of 1,024 that no process
+reaches; a full disk while new queues are created holds the dispatch and loses nothing.
+
+The embedded store carries the 20,000-queue case (RocketMQ's default consume-queue size of
+300,000 entries per file); `mqstore start` carries a smaller one with every service process
+watched. Both run with `RLIMIT_NOFILE` lowered to 1,024 in this process (children inherit it)."""
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import psutil
+import pytest
+
+from core import Message, MessageStore, StoreConfig
+from core import fsck
+from tests.integration.harness import small_tmpfs
+from tests.integration.supervised import SupervisedStore
+
+FD_LIMIT = 1024
+
+
+@pytest.fixture
+def fd_limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(FD_LIMIT, hard), hard))
+    try:
+        yield FD_LIMIT
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def config(root, **kw) -> StoreConfig:
+    return StoreConfig(**{"store_path_root_dir": str(root), "mapped_file_size_commitlog": 16 << 20, **kw})
+
+
+def queues(n_topics: int):
+    return [(f"Topic{t}", q) for t in range(n_topics) for q in range(4)]
+
+
+def put_one_each(store, keys) -> None:
+    for topic, q in keys:
+        r = store.put_message(Message(topic=topic, body=f"{topic}/{q}".encode(), queue_id=q))
+        assert r.ok, r
+
+
+def served(store, keys) -> None:
+    """Every queue has its one message, read back."""
+    for topic, q in keys:
+        r = store.get_message("g", topic, q, 0, 8)
+        assert r.status.name == "FOUND", (topic, q, r.status)
+        assert [m.body for m in r.messages] == [f"{topic}/{q}".encode()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_20000_queues_start_serve_and_recover_normally_and_abnormally(tmp_path, fd_limit):
+    keys = queues(5000)
+    cfg = config(tmp_path / "store")
+    proc = psutil.Process()
+    st = MessageStore(cfg)
+    st.load()
+    st.start()
+    put_one_each(st, keys)
+    assert st.wait_for_dispatch(120)
+    served(st, keys)
+    st.shutdown()
+
+    for abnormal in (False, True):
+        if abnormal:
+            open(cfg.abort_path, "w").close()              # as a process killed while running
+        t0 = time.monotonic()
+        st = MessageStore(cfg)
+        st.load()
+        st.start()
+        took = time.monotonic() - t0
+        assert st.recovery_report.abnormal == abnormal
+        assert len(st.commitlog.topic_queue_table) == len(keys)
+        served(st, keys)
+        assert proc.num_fds() < fd_limit // 2, proc.num_fds()
+        assert proc.memory_info().rss < 1 << 30
+        assert took < 120, took
+        st.shutdown()
+    report = fsck.check(cfg.store_path_root_dir, config=cfg)
+    assert report.ok, report.problems[:5]
+    cq_bytes = sum(os.stat(os.path.join(r, f)).st_blocks * 512
+                   for r, _, fs in os.walk(cfg.consumequeue_dir) for f in fs)
+    assert cq_bytes < 20_000 * 8192                         # a block or two per queue, not 6 MB
+
+
+@pytest.mark.timeout(300)
+def test_the_embedded_store_holds_dispatch_on_a_full_disk_and_loses_nothing(tmp_path):
+    with small_tmpfs(tmp_path, "12m") as mnt:
+        cfg = config(mnt / "store", mapped_file_size_commitlog=1 << 20, message_index_enable=False)
+        st = MessageStore(cfg)
+        st.load()
+        st.start()
+        put_one_each(st, queues(2))
+        assert st.wait_for_dispatch(10)
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\1" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        fresh = queues(60)[8:]                              # new topics on the full disk
+        answered = {}
+        for topic, q in fresh:
+            r = st.put_message(Message(topic=topic, body=f"{topic}/{q}".encode(), queue_id=q))
+            answered[topic, q] = r.status.name
+        assert set(answered.values()) <= {"PUT_OK", "SERVICE_NOT_AVAILABLE"}
+        stored = [k for k, s in answered.items() if s == "PUT_OK"]
+        assert stored, "the CommitLog segment had room: puts go on"
+        assert not st.wait_for_dispatch(2)                  # held, not lost, not crashed
+        assert st.reput_service.is_alive()
+        os.unlink(mnt / "filler")
+        assert st.wait_for_dispatch(30)
+        served(st, queues(2) + stored)
+        st.shutdown()
+        st = MessageStore(cfg)
+        st.load()
+        served(st, queues(2) + stored)
+        st.shutdown()
+        assert fsck.check(cfg.store_path_root_dir, config=cfg).ok
+
+
+@pytest.mark.timeout(600)
+def test_mqstore_start_with_thousands_of_queues_stays_under_the_descriptor_limit(tmp_path, fd_limit):
+    topics = 500                                             # 2,000 queues
+    store = SupervisedStore(tmp_path).start()
+    try:
+        for t in range(topics):
+            for q in range(4):
+                assert store.put(f"Many{t}", b"m%d/%d" % (t, q), queue_id=q)["status"] == "PUT_OK"
+        reader = store.call("hello")[0]["reader"]
+        deadline = time.monotonic() + 60
+        while store.status()["lags"]["dispatch"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for t in range(topics):
+            for q in range(4):
+                reply, frames = store.call("pull", endpoint=reader, group="g", topic=f"Many{t}",
+                                           queue_id=q, offset=0, max_msgs=8)
+                assert reply["status"] == "FOUND" and frames[0] == b"m%d/%d" % (t, q), reply
+        supervisor = psutil.Process(store.proc.pid)
+        procs = [supervisor] + supervisor.children(recursive=True)
+        worst = max(p.num_fds() for p in procs)
+        assert worst < fd_limit // 2, [(p.name(), p.num_fds()) for p in procs]
+        assert max(p.memory_info().rss for p in procs) < 1 << 30
+        assert store.stop() == 0
+        again = SupervisedStore(tmp_path).start()
+        reader = again.call("hello")[0]["reader"]
+        reply, frames = again.call("pull", endpoint=reader, group="g", topic=f"Many{topics - 1}",
+                                   queue_id=3, offset=0, max_msgs=8)
+        assert reply["status"] == "FOUND" and frames[0] == b"m%d/3" % (topics - 1)
+        assert again.stop() == 0
+    finally:
+        store.ensure_stopped()
+    report = fsck.check(str(tmp_path / "store"))
+    assert report.ok, report.problems[:5]
