@@ -37,6 +37,7 @@ class ConsumeQueueStore:
         self.fileops = fileops
         self.window = MappingWindow(window_capacity)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._written: set[ConsumeQueue] = set()     # written since the last flush looked
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -74,13 +75,17 @@ class ConsumeQueueStore:
         return cq
 
     def put(self, req) -> None:
-        self.find_or_create(req.topic, req.queue_id).put_message_position_info(
-            req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset)
+        cq = self.find_or_create(req.topic, req.queue_id)
+        self._written.add(cq)
+        cq.put_message_position_info(req.commit_log_offset, req.msg_size, req.tags_code,
+                                     req.consume_queue_offset)
 
     def put_entries(self, topic: str, queue_id: int, first: int, entries: bytes,
                     max_physic_offset: int) -> None:
         """Consecutive packed entries from queue offset `first` (see ConsumeQueue.put_entries)."""
-        self.find_or_create(topic, queue_id).put_entries(first, entries, max_physic_offset)
+        cq = self.find_or_create(topic, queue_id)
+        self._written.add(cq)
+        cq.put_entries(first, entries, max_physic_offset)
 
     def max_physic_offset(self) -> int:
         """The end of the newest record any queue points at (-1 when none)."""
@@ -88,8 +93,20 @@ class ConsumeQueueStore:
 
     def flush(self, least_pages: int = 0) -> None:
         """Flush every queue with least_pages dirty pages (all of it with 0), then the
-        directories of the files created since the last flush."""
-        queues = [cq.queue for cq in list(self.queues.values())]
+        directories of the files created since the last flush. With least_pages > 0 (the
+        flush every `flush_interval_consume_queue` ms) only the queues written through this
+        store since are looked at: going over 80,000 queues took 0.2 s of each second."""
+        if least_pages:                          # the periodic flush: queues written since
+            written, self._written = self._written, set()     # the last one, not all of them
+        else:
+            written, self._written = set(self.queues.values()), set()
+        queues = [cq.queue for cq in written]
+        try:
+            self._flush(queues, least_pages)
+        finally:
+            self._written |= {cq for cq in written if cq.queue.unflushed() or cq.queue.new_dirs}
+
+    def _flush(self, queues: list, least_pages: int) -> None:
         due = [q for q in queues if q.flush_due(least_pages)]
         dirs = set()
         for q in queues:
@@ -129,6 +146,7 @@ class ConsumeQueueStore:
         for cq in self.queues.values():
             cq.destroy()
         self.queues.clear()
+        self._written = set()
 
     def shutdown(self) -> None:
         for cq in self.queues.values():
