@@ -16,7 +16,8 @@ import pytest
 
 from core import Message, MessageStore, StoreConfig
 from core import fsck
-from tests.integration.harness import small_tmpfs
+from ipc import Producer
+from tests.integration.harness import RawClient, small_tmpfs
 from tests.integration.supervised import SupervisedStore
 
 FD_LIMIT = 1024
@@ -54,7 +55,6 @@ def served(store, keys) -> None:
         assert [m.body for m in r.messages] == [f"{topic}/{q}".encode()]
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_20000_queues_start_serve_and_recover_normally_and_abnormally(tmp_path, fd_limit):
     keys = queues(5000)
@@ -128,36 +128,68 @@ def test_the_embedded_store_holds_dispatch_on_a_full_disk_and_loses_nothing(tmp_
         assert fsck.check(cfg.store_path_root_dir, config=cfg).ok
 
 
-@pytest.mark.timeout(600)
-def test_mqstore_start_with_thousands_of_queues_stays_under_the_descriptor_limit(tmp_path, fd_limit):
-    topics = 500                                             # 2,000 queues
-    store = SupervisedStore(tmp_path).start()
+def pull_each(store: SupervisedStore, topics: int) -> None:
+    client = RawClient(store.call("hello")[0]["reader"])
     try:
         for t in range(topics):
             for q in range(4):
-                assert store.put(f"Many{t}", b"m%d/%d" % (t, q), queue_id=q)["status"] == "PUT_OK"
-        reader = store.call("hello")[0]["reader"]
-        deadline = time.monotonic() + 60
+                reply, frames = client.call("pull", (), timeout=30.0, group="g", topic=f"Many{t}",
+                                            queue_id=q, offset=0, max_msgs=8)
+                assert reply["status"] == "FOUND" and frames[0] == b"m%d/%d" % (t, q), (t, q, reply)
+    finally:
+        client.close()
+
+
+def processes(store: SupervisedStore) -> list:
+    supervisor = psutil.Process(store.proc.pid)
+    return [supervisor] + supervisor.children(recursive=True)
+
+
+def bounded(procs: list) -> None:
+    worst = max(p.num_fds() for p in procs)
+    assert worst < FD_LIMIT // 2, [(p.name(), p.num_fds()) for p in procs]
+    assert max(p.memory_info().rss for p in procs) < 1 << 30
+
+
+def supervised_case(tmp_path, topics: int, abnormal: bool) -> None:
+    store = SupervisedStore(tmp_path).start(timeout=300)
+    try:
+        with Producer(store.address, timeout=60.0) as p:
+            futures = [p.send_async(f"Many{t}", b"m%d/%d" % (t, q), queue_id=q)
+                       for t in range(topics) for q in range(4)]
+            assert all(f.result(120).status == "PUT_OK" for f in futures)
+        deadline = time.monotonic() + 120
         while store.status()["lags"]["dispatch"] and time.monotonic() < deadline:
             time.sleep(0.05)
-        for t in range(topics):
-            for q in range(4):
-                reply, frames = store.call("pull", endpoint=reader, group="g", topic=f"Many{t}",
-                                           queue_id=q, offset=0, max_msgs=8)
-                assert reply["status"] == "FOUND" and frames[0] == b"m%d/%d" % (t, q), reply
-        supervisor = psutil.Process(store.proc.pid)
-        procs = [supervisor] + supervisor.children(recursive=True)
-        worst = max(p.num_fds() for p in procs)
-        assert worst < fd_limit // 2, [(p.name(), p.num_fds()) for p in procs]
-        assert max(p.memory_info().rss for p in procs) < 1 << 30
-        assert store.stop() == 0
-        again = SupervisedStore(tmp_path).start()
-        reader = again.call("hello")[0]["reader"]
-        reply, frames = again.call("pull", endpoint=reader, group="g", topic=f"Many{topics - 1}",
-                                   queue_id=3, offset=0, max_msgs=8)
-        assert reply["status"] == "FOUND" and frames[0] == b"m%d/3" % (topics - 1)
-        assert again.stop() == 0
+        pull_each(store, topics)
+        bounded(processes(store))
+        if abnormal:
+            procs = processes(store)
+            for proc in procs:                              # the whole store dies at once
+                proc.kill()
+            psutil.wait_procs(procs, timeout=30)
+            assert os.path.exists(store.path("abort"))
+        else:
+            assert store.stop(timeout=300) == 0
+        again = SupervisedStore(tmp_path).start(timeout=300)
+        try:
+            pull_each(again, topics)
+            bounded(processes(again))
+            assert again.stop(timeout=300) == 0
+        finally:
+            again.ensure_stopped()
     finally:
         store.ensure_stopped()
     report = fsck.check(str(tmp_path / "store"))
     assert report.ok, report.problems[:5]
+
+
+@pytest.mark.timeout(600)
+def test_mqstore_start_with_2000_queues_stays_under_the_descriptor_limit(tmp_path, fd_limit):
+    supervised_case(tmp_path, 500, abnormal=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_mqstore_start_with_20000_queues_recovers_after_a_kill_under_the_limit(tmp_path, fd_limit):
+    supervised_case(tmp_path, 5000, abnormal=True)
