@@ -72,6 +72,17 @@ def _check_entries(reader, lo: int, hi: int) -> tuple[int, int | None]:
     return valid, real_end
 
 
+def _zero_after(reader, pos: int, file_size: int, most: int = 1 << 16) -> bool:
+    """Whether the file's data past `pos` is all zero, read when there are at most `most`
+    bytes of it (a queue's last block, after a clean stop); False when there are more."""
+    ranges = reader.data_ranges(pos, file_size)
+    if not ranges:
+        return True
+    if ranges[-1][1] - pos > most:
+        return False
+    return not any(reader.read(pos, ranges[-1][1] - pos))
+
+
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root_dir: str, mapped_file_size: int,
                  fileops: FileOps, max_mapped: int = 4, window=None):
@@ -94,7 +105,8 @@ class ConsumeQueue:
         """Keep the valid entries of the last three segments (offset >= 0 and size > 0), cut
         the rest. Each segment is read at its tail only, with pread (`_valid_prefix`), so
         recovering a queue costs a few reads whatever its length, maps nothing, and a queue
-        whose entries are all valid (every queue after a clean stop) is not written to."""
+        whose entries are all valid and nothing but zeros behind (every queue after a clean
+        stop) is not written to: the cut of the others zeroes what follows durably."""
         files = self.queue.files
         if not files:
             return
@@ -104,6 +116,8 @@ class ConsumeQueue:
         for mf in files[start:]:
             with self.queue.fileops.open_reader(mf.path) as reader:
                 valid, written, real_end = self._valid_prefix(reader, mf.file_size)
+                clean = (mf is files[-1] and valid == written
+                         and _zero_after(reader, valid * UNIT_SIZE, mf.file_size))
                 if mf is files[0] and valid:
                     phys, size, _ = ENTRY.unpack(reader.read(0, UNIT_SIZE))
                     if size != BLANK_SIZE:     # correct_min_offset need not read it again
@@ -111,7 +125,6 @@ class ConsumeQueue:
             if real_end is not None:
                 self.max_physic_offset = real_end
             end = mf.file_from_offset + valid * UNIT_SIZE
-            clean = mf is files[-1] and valid == written
             if valid < mf.file_size // UNIT_SIZE:
                 break
         if clean:

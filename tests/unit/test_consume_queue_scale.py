@@ -183,6 +183,8 @@ def test_recovery_from_the_tail_matches_rocketmq_s_scan(tmp_path_factory, n, bla
     assert cq.queue.get_max_offset() == end
     assert cq.max_physic_offset == real_end
     cq.shutdown()
+    left = b"".join((qdir / name).read_bytes() for name in sorted(os.listdir(qdir)))
+    assert left[:end] == raw[:end] and not any(left[end:])   # what was cut is zero on disk
 
 
 def test_a_full_disk_is_an_oserror_at_the_write_and_the_entry_goes_in_when_space_is_back(tmp_path):
