@@ -165,8 +165,8 @@ class FileOps:
         self.fsync_dir(os.path.dirname(path))
 
     def create_sparse_file(self, path: str, size: int) -> list[str]:
-        """Create `path` as a sparse file of `size` bytes (`*.tmp`, ftruncate, rename), making
-        missing parent directories, all without an fsync; return the directories whose entries
+        """Create `path` as a sparse file of `size` bytes (O_EXCL, ftruncate), making missing
+        parent directories, all without an fsync; return the directories whose entries
         must be fsynced before the file counts as durable (its own and the parents of the new
         ones). A file that exists already is left as it is.
 
@@ -175,9 +175,11 @@ class FileOps:
         use follows the data and a full disk is an OSError(ENOSPC) there, never a SIGBUS (no
         byte of such a file is ever stored through a mapping into a hole). Leaving
         the fsyncs to the owner's next flush is what makes a new queue cheap: 4 to 6 fsyncs
-        per file here cost 10 ms a queue on the dispatch path. A crash before that flush can
-        leave the file missing, or with size 0 (the loader deletes a zero-length last file),
-        and the entries are rebuilt from the CommitLog as every unflushed entry is."""
+        per file here cost 10 ms a queue on the dispatch path. No `*.tmp` and rename: a sparse
+        file of full size is all zeros, an empty segment, and a crash can leave it missing, or
+        with size 0 (the loader deletes a zero-length last file, and a queue creates its next
+        segment only once this one is full); its entries are rebuilt from the CommitLog as
+        every unflushed entry is."""
         dirs = []
         parent = os.path.dirname(os.path.abspath(path))
         missing = []
@@ -185,20 +187,22 @@ class FileOps:
             missing.append(parent)
             parent = os.path.dirname(parent)
         for d in reversed(missing):
-            os.makedirs(d, exist_ok=True)
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
             dirs.append(os.path.dirname(d))
-        if os.path.exists(path):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
             return dirs
-        tmp = path + TMP_SUFFIX
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(fd, size)
         except BaseException:
-            os.close(fd)
-            self._silent_unlink(tmp)
+            self._silent_unlink(path)
             raise
-        os.close(fd)
-        os.rename(tmp, path)
+        finally:
+            os.close(fd)
         dirs.append(os.path.dirname(os.path.abspath(path)))
         return dirs
 
