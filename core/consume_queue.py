@@ -72,6 +72,30 @@ def _check_entries(reader, lo: int, hi: int) -> tuple[int, int | None]:
     return valid, real_end
 
 
+class _DataInMemory:
+    """A segment's data read with one pread (`data_ranges` and `read` as a FileReader's):
+    a queue's last segment holds a block or a few, and the searches of `recover` then cost no
+    further system calls (they were 18 a queue, most of a 80,000-queue start)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        hi = min(hi, len(self.data))
+        return [(lo, hi)] if lo < hi else []
+
+    def read(self, pos: int, size: int) -> bytes:
+        chunk = self.data[pos:pos + size]
+        return chunk + bytes(size - len(chunk)) if len(chunk) < size else chunk
+
+
+def _small_in_memory(reader, file_size: int, most: int = 1 << 16):
+    """`reader`, or its data in memory when it ends within `most` bytes (holes read as zero)."""
+    ranges = reader.data_ranges(0, file_size)
+    end = ranges[-1][1] if ranges else 0
+    return _DataInMemory(reader.read(0, end) if end else b"") if end <= most else reader
+
+
 def _zero_after(reader, pos: int, file_size: int, most: int = 1 << 16) -> bool:
     """Whether the file's data past `pos` is all zero, read when there are at most `most`
     bytes of it (a queue's last block, after a clean stop); False when there are more."""
@@ -80,7 +104,7 @@ def _zero_after(reader, pos: int, file_size: int, most: int = 1 << 16) -> bool:
         return True
     if ranges[-1][1] - pos > most:
         return False
-    return not any(reader.read(pos, ranges[-1][1] - pos))
+    return not reader.read(pos, ranges[-1][1] - pos).rstrip(b"\0")
 
 
 class ConsumeQueue:
@@ -114,7 +138,8 @@ class ConsumeQueue:
         end = files[start].file_from_offset
         clean = False
         for mf in files[start:]:
-            with self.queue.fileops.open_reader(mf.path) as reader:
+            with self.queue.fileops.open_reader(mf.path) as file_reader:
+                reader = _small_in_memory(file_reader, mf.file_size)
                 valid, written, real_end = self._valid_prefix(reader, mf.file_size)
                 clean = (mf is files[-1] and valid == written
                          and _zero_after(reader, valid * UNIT_SIZE, mf.file_size))
