@@ -84,7 +84,8 @@ def keys_for(queues: int, per_topic: int) -> list:
 
 def put_all(store: MessageStore, keys: list, messages: int) -> tuple[float, float]:
     """Round robin over `keys`, `messages` rounds; (put seconds, seconds until dispatched)."""
-    msgs = [[Message(topic=topic, body=BODY, queue_id=q, properties={"UNIQ_KEY": os.urandom(16).hex().upper()})
+    msgs = [[Message(topic=topic, body=BODY, queue_id=q,
+                     properties={"UNIQ_KEY": os.urandom(16).hex().upper()})
              for topic, q in keys] for _ in range(messages)]
     t0 = time.perf_counter()
     for rnd in msgs:

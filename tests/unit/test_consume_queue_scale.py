@@ -153,8 +153,8 @@ def linear_reference(files: list[bytes]) -> tuple[int, int]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(0, 1200), blanks=st.integers(0, 400), torn=st.one_of(st.none(), st.integers(1, TAIL_ENTRIES)),
-       torn_size=st.sampled_from([0, -1]))
+@given(n=st.integers(0, 1200), blanks=st.integers(0, 400),
+       torn=st.one_of(st.none(), st.integers(1, TAIL_ENTRIES)), torn_size=st.sampled_from([0, -1]))
 def test_recovery_from_the_tail_matches_rocketmq_s_scan(tmp_path_factory, n, blanks, torn, torn_size):
     """Entries written densely from 0 (fillers first, as a queue that starts late), with
     maybe one torn entry among the last TAIL_ENTRIES: the tail-only recovery finds the same
@@ -167,7 +167,8 @@ def test_recovery_from_the_tail_matches_rocketmq_s_scan(tmp_path_factory, n, bla
         at = max(0, n - torn)
         entries[at] = ENTRY.pack(7, torn_size, 0)
     raw = b"".join(entries)
-    files = [raw[i:i + per_file * UNIT_SIZE] for i in range(0, max(len(raw), 1), per_file * UNIT_SIZE)] or [b""]
+    step = per_file * UNIT_SIZE
+    files = [raw[i:i + step] for i in range(0, max(len(raw), 1), step)] or [b""]
     files = [f + bytes(per_file * UNIT_SIZE - len(f)) for f in files]
     root = tmp_path_factory.mktemp("cq")
     qdir = root / "T" / "0"
