@@ -15,7 +15,9 @@ sets (so the index holds every message), built before the clock starts:
   the bytes of the records;
 - first dispatch: seconds from the first put until every message is dispatched, and the put
   rate (messages/s) over the same puts;
-- pull: every queue read once from offset 0 (`get_message`, 32 at a time), messages/s;
+- pull: every queue read once from offset 0 (`get_message`, 32 at a time, until a pull finds
+  nothing), messages/s and pull requests/s (with one message a queue, every message is a pull
+  of its own and one more finds the end, where 4 topics take 32 a pull);
 - restart (embedded): `shutdown()`, then a new store's `load()` + `start()`, seconds; RSS and
   open files of the process after the restart and after reading every queue once;
 - restart (`mqstore start`, unless --no-supervised): seconds from the command to its ready
@@ -99,18 +101,20 @@ def put_all(store: MessageStore, keys: list, messages: int) -> tuple[float, floa
     return t1 - t0, time.perf_counter() - t0
 
 
-def pull_all(store: MessageStore, keys: list) -> tuple[int, float]:
+def pull_all(store: MessageStore, keys: list) -> tuple[int, int, float]:
+    """Every queue read from 0 until a pull finds nothing: (messages, pulls, seconds)."""
     t0 = time.perf_counter()
-    got = 0
+    got = pulls = 0
     for topic, q in keys:
         offset = 0
         while True:
             r = store.get_message("scale", topic, q, offset, PULL_BATCH)
+            pulls += 1
             if r is None or r.status.name != "FOUND":
                 break
             got += len(r.messages)
             offset = r.next_begin_offset
-    return got, time.perf_counter() - t0
+    return got, pulls, time.perf_counter() - t0
 
 
 class Supervised:
@@ -199,9 +203,10 @@ def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: 
     n = len(keys) * messages
     case["put_per_s"] = round(n / put_s)
     case["first_dispatch_s" if messages == 1 else "dispatch_s"] = round(dispatch_s, 2)
-    got, pull_s = pull_all(store, keys)
+    got, pulls, pull_s = pull_all(store, keys)
     assert got == n, (got, n)
     case["pull_per_s"] = round(n / pull_s)
+    case["pull_requests_per_s"] = round(pulls / pull_s)
     record_bytes = store.commitlog.get_max_offset()
     store.shutdown()
     case["record_mb"] = round(record_bytes / 1e6, 2)
@@ -215,7 +220,7 @@ def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: 
     store.start()
     case["restart_embedded_s"] = round(time.perf_counter() - t0, 2)
     case["embedded_after_restart"] = proc_use(me)
-    got, _ = pull_all(store, keys)
+    got, _, _ = pull_all(store, keys)
     assert got == n, (got, n)
     case["embedded_after_reading_all"] = proc_use(me)
     store.shutdown()
@@ -238,10 +243,11 @@ def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: 
     four = keys_for(16, 4)
     put_s, _ = put_all(base, four, -(-n // 16))
     m = 16 * -(-n // 16)
-    got, pull_s = pull_all(base, four)
+    got, pulls, pull_s = pull_all(base, four)
     base.shutdown()
     case["four_topics_put_per_s"] = round(m / put_s)
     case["four_topics_pull_per_s"] = round(got / pull_s)
+    case["four_topics_pull_requests_per_s"] = round(pulls / pull_s)
     case["put_ratio"] = round(case["put_per_s"] / case["four_topics_put_per_s"], 2)
     case["pull_ratio"] = round(case["pull_per_s"] / case["four_topics_pull_per_s"], 2)
     shutil.rmtree(root, ignore_errors=True)
@@ -253,9 +259,11 @@ def print_case(c: dict) -> None:
     print(f"  disk: consume queues {c['consumequeue_mb']} MB, index {c['index_mb']} MB, "
           f"CommitLog {c['commitlog_mb']} MB (preallocated segments) for {c['record_mb']} MB of records")
     key = "first_dispatch_s" if "first_dispatch_s" in c else "dispatch_s"
-    print(f"  puts {c['put_per_s']:,}/s, all dispatched after {c[key]} s; pulls {c['pull_per_s']:,}/s")
+    print(f"  puts {c['put_per_s']:,}/s, all dispatched after {c[key]} s; pulls {c['pull_per_s']:,} "
+          f"messages/s ({c['pull_requests_per_s']:,} pull requests/s)")
     print(f"  4 topics, same messages: puts {c['four_topics_put_per_s']:,}/s, pulls "
-          f"{c['four_topics_pull_per_s']:,}/s -> ratios put {c['put_ratio']}x, pull {c['pull_ratio']}x")
+          f"{c['four_topics_pull_per_s']:,} messages/s ({c['four_topics_pull_requests_per_s']:,} "
+          f"requests/s) -> ratios put {c['put_ratio']}x, pull {c['pull_ratio']}x (messages/s)")
     print(f"  restart embedded {c['restart_embedded_s']} s; process {c['embedded_after_restart']} after, "
           f"{c['embedded_after_reading_all']} after reading every queue")
     if "restart_mqstore_start_s" in c:
