@@ -14,6 +14,7 @@ The separate-process services (services/) wrap the same `core` classes.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -32,6 +33,7 @@ from core.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+DISK_RETRY_S = 1.0          # after ENOSPC the dispatch waits this long before it tries again
 
 
 class ServiceThread(threading.Thread):
@@ -226,6 +228,7 @@ class ReputService(ServiceThread):
         self._last_cq_flush = time.monotonic()
         self._last_thorough = time.monotonic()
         self._last_moved = time.monotonic()
+        self._disk_retry_at = None          # after ENOSPC: when dispatch tries the disk again
         self.idle = False
 
     def wait_for_running(self, interval_ms: float) -> None:
@@ -242,7 +245,9 @@ class ReputService(ServiceThread):
         return self.store.commitlog.get_confirm_offset() - self.reput_from
 
     def run_once(self) -> None:
-        self.dispatch_available()
+        now = time.monotonic()
+        if self._disk_retry_at is None or now >= self._disk_retry_at:
+            self._dispatch_or_wait_for_space()
         now = time.monotonic()
         if now - self._last_cq_flush >= self.cfg.flush_interval_consume_queue / 1000:
             self._last_cq_flush = now
@@ -251,6 +256,26 @@ class ReputService(ServiceThread):
                 self.store.persist_dispatched(self.reput_from)
             else:
                 self.store.cq_store.flush(self.cfg.flush_consume_queue_least_pages)
+
+    def _dispatch_or_wait_for_space(self) -> None:
+        """A full disk (a consume-queue or index file cannot be created or written) holds the
+        dispatch where it is and tries again every DISK_RETRY_S, as the reput process does
+        (services/reput.py): what was written stays, the rest is written again (dispatch is
+        idempotent) once there is space; the thread does not die."""
+        try:
+            self.dispatch_available()
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if self._disk_retry_at is None:
+                log.error("cannot write consume queues or index: %s; dispatch waits at %d and "
+                          "tries again every %g s", e, self.reput_from, DISK_RETRY_S)
+            self._disk_retry_at = time.monotonic() + DISK_RETRY_S
+            return
+        if self._disk_retry_at is not None:
+            self._disk_retry_at = None
+            log.info("consume queues and index can be written again: dispatch goes on from %d",
+                     self.reput_from)
 
     def dispatch_available(self) -> None:
         commitlog = self.store.commitlog

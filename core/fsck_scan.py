@@ -24,7 +24,7 @@ import numpy as np
 
 from core.codec import DispatchRequest, RecordCheck, check_record
 from core.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
-from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps
+from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
 from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
 from core.index_service import IndexService, build_key, index_keys
 from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
@@ -214,6 +214,19 @@ def check_queues(cfg, log, report, prog) -> None:
     report.stats["queues"] = len(seen | set(log.key_ids))
 
 
+def _read_data(path: str, size: int, pad: bool) -> bytes:
+    """A consume-queue file's bytes up to the end of its data: its holes past the last data
+    (a sparse file, RocketMQ's and ours) are zeros and are not read, which made `check` read
+    6 MB per queue (100 ms each, 30 minutes for 20,000 queues). With `pad`, zeros up to
+    `size`, for a file another one follows."""
+    with FileReader(path) as reader:
+        ranges = reader.data_ranges(0, size)
+        end = ranges[-1][1] if ranges else 0
+        data = reader.read(0, end) if end else b""
+    upto = size if pad else min(size, -(-len(data) // UNIT_SIZE) * UNIT_SIZE)
+    return data + bytes(upto - len(data))
+
+
 class _Queue:
     """One queue's entries against the log, in both directions."""
 
@@ -240,9 +253,8 @@ class _Queue:
         good = _usable_files(files, self.fsize, self.report, "cq_file", UNIT_SIZE)
         self.base = good[0][0] // UNIT_SIZE if good else 0
         raw = bytearray()
-        for _, path in good:
-            with open(path, "rb") as f:
-                raw += f.read()
+        for i, (_, path) in enumerate(good):
+            raw += _read_data(path, self.fsize, pad=i < len(good) - 1)
         prog.advance(sum(os.path.getsize(p) for _, p in files))
         entries = np.frombuffer(bytes(raw), ENTRY_DTYPE)
         bad = np.flatnonzero((entries["phys"] < 0) | (entries["size"] <= 0))

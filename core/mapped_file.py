@@ -114,6 +114,22 @@ class MappedFile:
         self.wrote_position = pos + len(data)
         return True
 
+    def write(self, pos: int, data) -> None:
+        """Write `data` at `pos` with pwrite(2), not through the mapping (consume queues).
+
+        Measured here on ext4: the first store into a page of a fresh file through a mapping
+        took 1.6-2.3 ms (the page fault allocates the block), pwrite 3-11 us; with a new queue's
+        first entry on the dispatch path that was 10 s for 8,000 new queues. In a sparse file
+        a pwrite that finds no space fails with OSError(ENOSPC), where a store through the
+        mapping would raise SIGBUS, so sparse files stay safe on a full disk. Mappings (ours and
+        other processes') see the bytes at once: they are the same page cache."""
+        if self.hold() is None:
+            raise OSError(f"{self.path}: segment destroyed")
+        try:
+            self._mapping.write(pos, data)
+        finally:
+            self.release()
+
     # -- commit and flush ----------------------------------------------------------------
     def _able(self, upto: int, done: int, least_pages: int) -> bool:
         if self.is_full and upto > done:
@@ -121,6 +137,10 @@ class MappedFile:
         if least_pages > 0:
             return upto // PAGE_SIZE - done // PAGE_SIZE >= least_pages
         return upto > done
+
+    def flush_due(self, least_pages: int) -> bool:
+        """Whether `flush(least_pages)` would write anything."""
+        return self._able(self.read_position, self.flushed_position, least_pages)
 
     def commit(self, least_pages: int) -> int:
         """Copy [committed, wrote) of the write buffer into the file; return the committed position."""

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from core.fileops import FileOps
+from core.fileops import TMP_SUFFIX, FileOps
 from core.mapped_file import MappedFile, offset_to_file_name
 
 
@@ -19,12 +19,15 @@ class StoreLoadError(RuntimeError):
 
 class MappedFileQueue:
     def __init__(self, store_path: str, mapped_file_size: int, fileops: FileOps,
-                 allocator=None, max_mapped: int = 16):
+                 allocator=None, max_mapped: int = 16, window=None, grows: bool = False):
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.fileops = fileops
         self.allocator = allocator          # callable(path, next_path) -> None, creates `path`
         self.max_mapped = max_mapped
+        self.window = window                # a MappingWindow shared with other queues, or None
+        self.grows = grows                  # files created sparse, written with pwrite
+        self.new_dirs: set[str] = set()     # directories to fsync before new files count as durable
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.committed_where = 0
@@ -36,15 +39,21 @@ class MappedFileQueue:
     def load(self) -> None:
         """Open every segment in name order. Leftover `*.tmp` files and a zero-length last file
         (an interrupted creation) are removed; any other size mismatch refuses the load."""
-        self.fileops.make_dirs(self.store_path)
-        self.fileops.remove_leftovers(self.store_path)
-        names = sorted(n for n in os.listdir(self.store_path)
-                       if n.isdigit() and os.path.isfile(os.path.join(self.store_path, n)))
+        try:
+            with os.scandir(self.store_path) as it:     # one listing: 80,000 queues load
+                entries = list(it)
+        except FileNotFoundError:
+            entries = []
+        if not entries:
+            self.fileops.make_dirs(self.store_path)
+        if any(e.name.endswith(TMP_SUFFIX) for e in entries):
+            self.fileops.remove_leftovers(self.store_path)
+        found = sorted((e.name, e) for e in entries if e.name.isdigit() and e.is_file())
         files = []
-        for i, name in enumerate(names):
-            path = os.path.join(self.store_path, name)
-            size = os.path.getsize(path)
-            if size == 0 and i == len(names) - 1:
+        for i, (name, entry) in enumerate(found):
+            path = entry.path
+            size = entry.stat().st_size
+            if size == 0 and i == len(found) - 1:
                 self.fileops.unlink(path)
                 continue
             if size != self.mapped_file_size:
@@ -52,7 +61,7 @@ class MappedFileQueue:
                     f"{path} is {size} bytes but segments here are {self.mapped_file_size} bytes: "
                     f"the store was written with another segment size, or the file is damaged")
             mf = MappedFile(path, self.mapped_file_size, self.fileops)
-            mf.on_map = self._trim_window
+            self.watch(mf)
             mf.set_positions(self.mapped_file_size)
             files.append(mf)
         with self._lock:
@@ -77,14 +86,19 @@ class MappedFileQueue:
     def _create(self, offset: int) -> MappedFile:
         path = os.path.join(self.store_path, offset_to_file_name(offset))
         next_path = os.path.join(self.store_path, offset_to_file_name(offset + self.mapped_file_size))
-        if not self.files:
-            self.fileops.make_dirs(self.store_path)
-        if self.allocator is not None:
-            self.allocator(path, next_path)
-        elif not os.path.exists(path):
-            self.fileops.create_file(path, self.mapped_file_size)
+        if self.grows:
+            # Sparse, not fsynced here: `new_dirs` are made durable by the next flush, before
+            # any entry of this file counts as durable (a new queue costs no fsync on dispatch).
+            self.new_dirs.update(self.fileops.create_sparse_file(path, self.mapped_file_size))
+        else:
+            if not self.files:
+                self.fileops.make_dirs(self.store_path)
+            if self.allocator is not None:
+                self.allocator(path, next_path)
+            elif not os.path.exists(path):
+                self.fileops.create_file(path, self.mapped_file_size)
         mf = MappedFile(path, self.mapped_file_size, self.fileops)
-        mf.on_map = self._trim_window
+        self.watch(mf)
         with self._lock:
             mf.first_create_in_queue = not self.files
             self.files.append(mf)
@@ -107,12 +121,31 @@ class MappedFileQueue:
                 return mf
         return first if return_first_on_not_found else None
 
+    def watch(self, mf: MappedFile) -> None:
+        """Bound the mappings of `mf` by this queue's window (or the shared one)."""
+        if self.window is not None:
+            mf.on_map = lambda: self.window.admit(mf)
+        else:
+            mf.on_map = self._trim_window
+
     def hold(self, mf: MappedFile):
         """Take a reference on `mf` (mapping it), then trim the window of mapped segments."""
         buf = mf.hold()                  # a new mapping trims the window (MappedFile.on_map)
-        self._clock += 1
-        mf.last_used = self._clock
+        if self.window is not None:
+            self.window.touch(mf)
+        else:
+            self._clock += 1
+            mf.last_used = self._clock
         return buf
+
+    def write(self, mf: MappedFile, pos: int, data) -> None:
+        """`MappedFile.write` on a segment of this queue, counted as a use in its window."""
+        if self.hold(mf) is None:
+            raise OSError(f"{mf.path}: segment destroyed")
+        try:
+            mf.write(pos, data)
+        finally:
+            mf.release()
 
     def _trim_window(self) -> None:
         mapped = [f for f in self.files if f.is_mapped]
@@ -167,6 +200,21 @@ class MappedFileQueue:
         if least_pages == 0 and ts:
             self.store_timestamp = ts
         return not moved
+
+    def flush_due(self, least_pages: int) -> bool:
+        """Whether `flush(least_pages)` would write anything."""
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        return mf is not None and mf.flush_due(least_pages)
+
+    def unflushed(self) -> list[tuple[MappedFile, int]]:
+        """(segment, its read position now) for each segment with bytes not flushed yet."""
+        return [(mf, mf.read_position) for mf in self.files if mf.flushed_position < mf.read_position]
+
+    def mark_flushed(self, marks: list[tuple[MappedFile, int]]) -> None:
+        """The positions of `unflushed()` are durable (the whole file system was synced)."""
+        for mf, pos in marks:
+            mf.flushed_position = max(mf.flushed_position, pos)
+            self.flushed_where = max(self.flushed_where, mf.file_from_offset + pos)
 
     def commit(self, least_pages: int) -> bool:
         mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)

@@ -25,7 +25,7 @@ import os
 import re
 
 from core.commitlog import CommitLog
-from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE, ConsumeQueue
+from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE, ConsumeQueue, written_end
 from core.consume_queue_store import ConsumeQueueStore
 from core.fileops import FileOps, Mapping
 from core.index_file import IndexFile
@@ -58,8 +58,9 @@ READ_ONLY_FILE_OPS = ReadOnlyFileOps()
 class ReadOnlyMappedFileQueue(MappedFileQueue):
     """Segments written by another process, readable up to `end` (a global offset)."""
 
-    def __init__(self, store_path: str, mapped_file_size: int, max_mapped: int = 16):
-        super().__init__(store_path, mapped_file_size, READ_ONLY_FILE_OPS, None, max_mapped)
+    def __init__(self, store_path: str, mapped_file_size: int, max_mapped: int = 16,
+                 window=None):
+        super().__init__(store_path, mapped_file_size, READ_ONLY_FILE_OPS, None, max_mapped, window)
         self.end = 0
 
     def load(self) -> None:
@@ -86,7 +87,7 @@ class ReadOnlyMappedFileQueue(MappedFileQueue):
                                 self.mapped_file_size)
                     continue
                 mf = MappedFile(path, size, self.fileops, writable=False)
-                mf.on_map = self._trim_window
+                self.watch(mf)
             files.append(mf)
         for mf in known.values():
             mf.shutdown()
@@ -175,9 +176,10 @@ class ConsumeQueueView(ConsumeQueue):
     """One consume queue written by the reput process; its max offset is learnt, not kept."""
 
     def __init__(self, topic: str, queue_id: int, root_dir: str, mapped_file_size: int,
-                 max_mapped: int = 4):
+                 max_mapped: int = 4, window=None):
         super().__init__(topic, queue_id, root_dir, mapped_file_size, READ_ONLY_FILE_OPS, max_mapped)
-        self.queue = ReadOnlyMappedFileQueue(self.queue.store_path, mapped_file_size, max_mapped)
+        self.queue = ReadOnlyMappedFileQueue(self.queue.store_path, mapped_file_size, max_mapped,
+                                             window)
         self.max_entries = 0
         self.checked_dispatched = -1          # DISPATCHED as of the last scan
         self.min_phy_seen = -1
@@ -229,7 +231,7 @@ class ConsumeQueueView(ConsumeQueue):
                 break
             try:
                 start = offset - mf.file_from_offset
-                end = _written_end(buf, start, mf.file_size, dispatched)
+                end = _written_end(mf.mapping, start, mf.file_size, dispatched)
             finally:
                 mf.release()
             n += (end - start) // UNIT_SIZE
@@ -263,22 +265,14 @@ def _entry_valid(buf, pos: int, dispatched: int) -> bool:
     return size > 0 and (size == BLANK_SIZE or (phys >= 0 and phys + size <= dispatched))
 
 
-def _written_end(buf, start: int, file_size: int, dispatched: int) -> int:
+def _written_end(mapping, start: int, file_size: int, dispatched: int) -> int:
     """The byte position after the last trusted entry in [start, file_size) of one segment.
 
     Entries are written densely from the segment's start, so the written ones (size > 0)
     form a prefix: binary search for its end, then step back over entries whose record
     ends past `dispatched` (they may be being written right now)."""
-    if start >= file_size or ENTRY.unpack_from(buf, start)[1] == 0:
-        return start
-    lo, hi = start // UNIT_SIZE + 1, file_size // UNIT_SIZE      # first unwritten is in [lo, hi]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ENTRY.unpack_from(buf, mid * UNIT_SIZE)[1] == 0:
-            hi = mid
-        else:
-            lo = mid + 1
-    end = lo * UNIT_SIZE
+    end = written_end(mapping, start, file_size)
+    buf = mapping.buf
     while end > start and not _entry_valid(buf, end - UNIT_SIZE, dispatched):
         end -= UNIT_SIZE
     return end
@@ -299,7 +293,8 @@ class ConsumeQueueStoreView(ConsumeQueueStore):
         """Nothing to do: queues are opened lazily by `find`."""
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueueView:
-        return ConsumeQueueView(topic, queue_id, self.root_dir, self.mapped_file_size)
+        return ConsumeQueueView(topic, queue_id, self.root_dir, self.mapped_file_size,
+                                window=self.window)
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueueView | None:
         """The queue's view, opened (and scanned) the first time its directory exists."""

@@ -45,7 +45,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     the log may end before the last segment does.
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
-    cq_store.recover()
+    cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
     files = commitlog.queue.files
     if not files:
         cq_store.destroy()

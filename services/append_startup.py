@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 
 from core.codec import DispatchRequest, RecordCheck, check_record
-from core.consume_queue import UNIT_SIZE
+from core.consume_queue import UNIT_SIZE, written_end
+from core.fileops import FileReader
 from core.mapped_file import MappedFile
 from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET
 
 log = logging.getLogger(__name__)
-_SIZE = struct.Struct(">i")
 
 
 class LogDamaged(RuntimeError):
@@ -138,21 +137,11 @@ def consume_queue_max_offsets(root: str, file_size: int) -> dict[tuple[str, int]
 
 
 def _queue_max_offset(path: str, file_size: int) -> int:
-    """Entries are written in order, so the used ones are a prefix: binary search its end."""
+    """Entries are written in order, so the used ones are a prefix: its end, found below the
+    end of the file's data (`core.consume_queue.written_end`: holes are not read)."""
     first = int(os.path.basename(path)) // UNIT_SIZE
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        lo, hi = 0, min(file_size, os.fstat(fd).st_size) // UNIT_SIZE
-        while lo < hi:                      # first unused entry in [lo, hi)
-            mid = (lo + hi) // 2
-            raw = os.pread(fd, 4, mid * UNIT_SIZE + 8)
-            if len(raw) == 4 and _SIZE.unpack(raw)[0] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return first + lo
-    finally:
-        os.close(fd)
+    with FileReader(path) as reader:
+        return first + written_end(reader, 0, file_size) // UNIT_SIZE
 
 
 def topic_queue_table(cq_max: dict, seen: dict) -> dict[tuple[str, int], int]:

@@ -206,11 +206,12 @@ class Appender(ServiceLoop):
     def _take_requests(self) -> None:
         sock = self.front
         handle = self.handlers.handle
+        taken = []
         for _ in range(MAX_GROUP):
             try:
                 head = sock.recv(_NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
             received = time.perf_counter()
             frames = [head]
             more = head.more                     # Frame.more: no RCVMORE option call per frame
@@ -218,6 +219,10 @@ class Appender(ServiceLoop):
                 frame = sock.recv(_NOBLOCK, copy=False)
                 frames.append(frame)
                 more = frame.more
+            taken.append((head, frames, received))
+        if len(taken) > 1:
+            self._create_new_topics(taken)
+        for head, frames, received in taken:
             self._identity = identity = head.bytes
             self._frames = frames
             self._is_put = False
@@ -233,6 +238,41 @@ class Appender(ServiceLoop):
                 self._finish_group()             # publish WROTE, answer what is appended
                 self.outbox.send_to(identity, self._send)
                 self.round_counts[identity] = 0
+
+    def _create_new_topics(self, taken: list) -> None:
+        """Puts to several new topics in one round create them with one save of topics.json
+        (each save writes the whole table: with thousands of topics created at once, one save
+        per topic kept the appender busy past its heartbeat, and it was killed). The topics
+        are those `_queue_for` would create: legal names, a queue id below the default count
+        or none. On an OSError nothing is kept, and each put then tries on its own and answers
+        as a single one does (SERVICE_NOT_AVAILABLE on a full disk)."""
+        if self._refusing():
+            return
+        default = self.config.default_topic_queue_nums
+        new = {}
+        for _, frames, _ in taken:
+            try:
+                env = unpack(frames[1].buffer)
+            except Exception:                        # malformed: its handler answers it
+                continue
+            if not isinstance(env, dict) or env.get("op") not in ("put", "put_batch"):
+                continue
+            topic, qid = env.get("topic"), env.get("queue_id")
+            if not isinstance(topic, str) or topic in self.topics or topic_name_problem(topic):
+                continue
+            if qid is not None and (qid.__class__ is not int or not 0 <= qid < default):
+                continue
+            new[topic] = 0
+        if len(new) < 2:
+            return
+        try:
+            self.topics.ensure_covers(new.items(), default)
+        except OSError as e:
+            for topic in new:
+                self.topics.topics.pop(topic, None)
+            log.error("cannot create %d new topics: %s", len(new), e)
+            return
+        self._topics_changed()
 
     def _end_round(self) -> None:
         """Answer or park what was appended, answer what the flusher released, send."""

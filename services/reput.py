@@ -273,6 +273,8 @@ def reflush_from(cq_store, durable: int) -> None:
     as flushed. Move each queue's flushed position back to its first such entry, so that the
     next full flush makes them durable before DISPATCHED_DURABLE passes them."""
     for cq in cq_store.queues.values():
+        if cq.max_physic_offset <= durable:
+            continue                            # every entry is older: nothing to look at
         lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
         while lo < hi:
             mid = (lo + hi) // 2

@@ -6,6 +6,10 @@ time left, redrawn at most every `interval` seconds (~10 a second) and when the 
 total. When the stream is not a terminal nothing is drawn while running; `close()` then prints
 one summary line, so logs and pipes get a record of the scan and no carriage returns. A scan that
 starts over (done going back, e.g. a second pass of a repair) restarts the rate and the clock.
+
+`bar.queues(done, total)` counts consume queues instead of bytes (recovery reads the tail of
+every queue before it scans the log: with 80,000 queues that is the part an operator waits
+for); the next byte count starts the bar over in bytes.
 """
 from __future__ import annotations
 
@@ -34,12 +38,19 @@ class ProgressBar:
         self.done = self.total = 0
         self.started = self.last_draw = None
         self.finished = False
+        self.unit = "bytes"
 
-    def update(self, done: int, total: int) -> None:
+    def queues(self, done: int, total: int) -> None:
+        """Progress in consume queues recovered of all queues."""
+        self.update(done, total, unit="queues")
+
+    def update(self, done: int, total: int, unit: str = "bytes") -> None:
         now = self.clock()
-        if self.started is None or done < self.done:
+        if self.started is None or done < self.done or unit != self.unit:
+            if unit != self.unit and self.tty and self.last_draw is not None:
+                self.stream.write("\n")                  # keep the finished phase's line
             self.started, self.last_draw = now, None
-        self.done, self.total = done, total
+        self.done, self.total, self.unit = done, total, unit
         if self.tty and (self.last_draw is None or now - self.last_draw >= self.interval or done >= total):
             self.last_draw = now
             self.stream.write("\r" + self.line(now) + "\x1b[K")
@@ -55,6 +66,9 @@ class ProgressBar:
         filled = int(fraction * self.width)
         rate = self.rate(now)
         left = _clock_text((self.total - self.done) / rate) if rate > 0 else "-:--"
+        if self.unit == "queues":
+            return (f"{self.label} consume queues [{'#' * filled}{'.' * (self.width - filled)}] "
+                    f"{fraction * 100:5.1f}% {self.done:,}/{self.total:,} queues {rate:,.0f}/s ETA {left}")
         return (f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {fraction * 100:5.1f}% "
                 f"{self.done / MB:.1f}/{self.total / MB:.1f} MB {rate / MB:.1f} MB/s ETA {left}")
 
@@ -66,8 +80,11 @@ class ProgressBar:
         self.finished = True
         now = self.clock()
         elapsed = now - self.started
-        summary = (f"{self.label}: {self.done / MB:.1f} MB of {self.total / MB:.1f} MB in "
-                   f"{elapsed:.1f} s ({self.rate(now) / MB:.1f} MB/s)")
+        if self.unit == "queues":
+            summary = f"{self.label}: {self.done:,} of {self.total:,} consume queues in {elapsed:.1f} s"
+        else:
+            summary = (f"{self.label}: {self.done / MB:.1f} MB of {self.total / MB:.1f} MB in "
+                       f"{elapsed:.1f} s ({self.rate(now) / MB:.1f} MB/s)")
         self.stream.write(("\r" + summary + "\x1b[K\n") if self.tty else summary + "\n")
         self.stream.flush()
 

@@ -216,10 +216,36 @@ class RecordingMapping(Mapping):
     def lock_in_memory(self) -> bool:
         return False
 
+    def write(self, pos: int, data) -> None:
+        """pwrite: into the page cache (`live`), as a store through the mapping is."""
+        self.buf[pos:pos + len(data)] = data
+
     def close(self) -> None:
         if isinstance(self.buf, memoryview):
             self.buf.release()
         self.buf = None
+
+
+class ImageReader:
+    """`FileReader` over a file image: what the page cache holds (`live`)."""
+
+    def __init__(self, image: FileImage):
+        self.image = image
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(lo, hi)] if lo < hi else []
+
+    def read(self, pos: int, size: int) -> bytes:
+        return bytes(self.image.live[pos:pos + size])
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def __enter__(self) -> "ImageReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class RecordingFileOps(FileOps):
@@ -289,6 +315,43 @@ class RecordingFileOps(FileOps):
             os.rename(tmp, key)
             self._images[key] = FileImage(key, bytes(size))
             self.created.append(key)
+
+    def open_reader(self, path: str):
+        key = self._key(path)
+        with self._lock:
+            image = self._images.get(key)
+            if image is None:
+                with open(key, "rb") as f:
+                    image = self._images[key] = FileImage(key, f.read())
+        return ImageReader(image)
+
+    def create_sparse_file(self, path: str, size: int) -> list[str]:
+        """As `create_file` (names are durable at once in this model), with no blocks."""
+        key = self._key(path)
+        with self._lock:
+            self._check_alive()
+            if self.enospc_on_create:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), key)
+            dirs, parent = [], os.path.dirname(key)
+            while not os.path.isdir(parent):
+                dirs.append(os.path.dirname(parent))
+                parent = os.path.dirname(parent)
+            os.makedirs(os.path.dirname(key), exist_ok=True)
+            if os.path.exists(key):
+                return dirs
+            with open(key, "wb") as f:
+                f.truncate(size)
+            self._images[key] = FileImage(key, bytes(size))
+            self.created.append(key)
+            return dirs + [os.path.dirname(key)]
+
+    def sync_filesystem(self, path: str) -> None:
+        """syncfs: every image under `path` is flushed whole (one flush call each)."""
+        with self._lock:
+            root = self._key(path)
+            for key, image in list(self._images.items()):
+                if key.startswith(root + os.sep):
+                    self._flush_range(image, 0, len(image.live), len(image.live))
 
     def write_file_atomic(self, path: str, data: bytes) -> None:
         key = self._key(path)

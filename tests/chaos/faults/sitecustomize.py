@@ -14,9 +14,10 @@ exits with code 1 before the service module runs.
   `core.store.MessageStore.load` (the start-up recovery) waits before it runs, up to 60 s; a
   signal that interrupts the supervisor's recovery interrupts the wait as well.
 - NO_SPACE_SERVICE=NAME and NO_SPACE_WHILE=FILE: in `python -m services.NAME`, while FILE
-  exists, `FileOps.create_file` of a consume-queue or index file and
-  `FileOps.write_file_atomic` (config/*.json) fail with ENOSPC, as on a full disk, and
-  FILE + ".fired" is created when one does.
+  exists, `FileOps.create_file` of a consume-queue or index file, `FileOps.create_sparse_file`
+  and `Mapping.write` (pwrite) of a consume-queue file (sparse files take blocks as they are
+  written: a full disk shows there) and `FileOps.write_file_atomic` (config/*.json) fail with
+  ENOSPC, as on a full disk, and FILE + ".fired" is created when one does.
 """
 import errno
 import os
@@ -42,7 +43,7 @@ def _hold_recovery(trigger: str) -> None:
 
 
 def _no_space(trigger: str) -> None:
-    from core.fileops import FileOps
+    from core.fileops import FileOps, Mapping
     real = FileOps.create_file
 
     def create_file(self, path, size):
@@ -51,6 +52,18 @@ def _no_space(trigger: str) -> None:
             open(trigger + ".fired", "a").close()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         return real(self, path, size)
+
+    def failing(real_call, path_of):
+        def call(self, *args):
+            parts = path_of(self, args).split(os.sep)
+            if os.path.exists(trigger) and "consumequeue" in parts:
+                open(trigger + ".fired", "a").close()
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path_of(self, args))
+            return real_call(self, *args)
+        return call
+
+    FileOps.create_sparse_file = failing(FileOps.create_sparse_file, lambda ops, args: args[0])
+    Mapping.write = failing(Mapping.write, lambda mapping, args: mapping.path)
 
     real_write = FileOps.write_file_atomic
 
