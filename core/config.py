@@ -305,6 +305,7 @@ class StoreConfig:
     store_format_path = _under_root("config", STORE_FORMAT_FILE)
     run_dir = _under_root("run")
     logs_dir = _under_root("logs")
+    quarantine_dir = _under_root("quarantine")
 
     # ---------------------------------------------------------------- derived values
     @property

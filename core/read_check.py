@@ -34,7 +34,7 @@ _I32 = struct.Struct(">i")
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _HEAD_V4 = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"),
                      ("flag", ">i4"), ("queue_offset", ">i8"), ("phys", ">i8"),
-                     ("sys_flag", ">i4"), ("rest", "V40"), ("body_len", ">i4")])
+                     ("sys_flag", ">i4"), ("rest", "V44"), ("body_len", ">i4")])
 _LABEL = np.frombuffer(LABEL, np.uint8)
 _POWERS = 10 ** np.arange(10, dtype=np.int64)
 NUMPY_MIN = 8                  # from this many records of one size on, check with numpy
