@@ -41,7 +41,8 @@ from core.store_files import AbortFile, StoreLock, read_pid
 KINDS = {  # kind: what it means, in report order
     "store_format": "a store format file the store cannot read (it refuses to open)",
     "segment_file": "CommitLog segment files of the wrong size, misnamed or missing",
-    "record_crc": "CommitLog records failing their body CRC",
+    "record_crc": "CommitLog records failing their CRC check (record CRC, or body CRC without one)",
+    "record_damaged": "damaged CommitLog bytes with intact records behind them (recovery quarantines them)",
     "record_corrupt": "CommitLog records whose lengths do not add up (recovery cuts the log there)",
     "record_offset": "CommitLog records whose PHYSICALOFFSET is not their position",
     "blank_size": "blank records not reaching their segment's end",
@@ -286,6 +287,9 @@ def _recover(cfg, progress, actions: list) -> bool:
         return False
     actions.append(f"ran the {'abnormal' if rec.abnormal else 'normal'} recovery: scanned "
                    f"{rec.scanned_bytes} bytes from {rec.start_offset}; the log ends at {rec.end_offset}")
+    for q in rec.quarantined:
+        actions.append(f"quarantined the damaged bytes at {q.start} ({q.length} bytes: {q.reason}) "
+                       f"in {q.path}; the records after them are kept; reads refuse the damaged ones")
     return True
 
 

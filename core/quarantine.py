@@ -61,29 +61,37 @@ def _search(queue, mf, pos: int, file_size: int, check_crc) -> int | None:
         return None
     base = mf.file_from_offset
     try:
-        if pos == 0 and _valid_at(buf, 0, base, file_size, check_crc):
-            return base
-        candidates = []
-        for magic in _MAGICS + (_BLANK,):
-            at = buf.find(magic, pos + 4)
-            if at >= 0:
-                candidates.append(at - 4)
-        while candidates:
-            p = min(candidates)
-            candidates.remove(p)
-            if p >= pos:
-                if buf[p + 4:p + 8] == _BLANK:
-                    if int.from_bytes(buf[p:p + 4], "big", signed=True) == file_size - p:
-                        return base + file_size         # a blank to the segment's end: next segment
-                elif _valid_at(buf, p, base, file_size, check_crc):
-                    return base + p
-            magic = bytes(buf[p + 4:p + 8])
-            at = buf.find(magic, p + 5)
-            if at >= 0:
-                candidates.append(at - 4)
-        return None
+        found = resync_in(buf, pos, base, file_size, check_crc)
+        return None if found is None else base + found
     finally:
         mf.release()
+
+
+def resync_in(buf, pos: int, base: int, file_size: int, check_crc) -> int | None:
+    """Within one segment (`buf`, starting at physical offset `base`): the position from `pos`
+    on of the first intact record that lies where it says, `file_size` when a blank from a place
+    past `pos` fills the segment (the next record is the next segment's), None when neither."""
+    if pos == 0 and _valid_at(buf, 0, base, file_size, check_crc):
+        return 0
+    candidates = []
+    for magic in _MAGICS + (_BLANK,):
+        at = buf.find(magic, pos + 4)
+        if at >= 0:
+            candidates.append(at - 4)
+    while candidates:
+        p = min(candidates)
+        candidates.remove(p)
+        if p >= pos:
+            if buf[p + 4:p + 8] == _BLANK:
+                if int.from_bytes(buf[p:p + 4], "big", signed=True) == file_size - p:
+                    return file_size                # a blank to the segment's end: next segment
+            elif _valid_at(buf, p, base, file_size, check_crc):
+                return p
+        magic = bytes(buf[p + 4:p + 8])
+        at = buf.find(magic, p + 5)
+        if at >= 0:
+            candidates.append(at - 4)
+    return None
 
 
 def _valid_at(buf, p: int, base: int, file_size: int, check_crc) -> bool:
@@ -125,14 +133,18 @@ def damage_reason(queue, offset: int, file_size: int) -> str:
     if buf is None:
         return "unreadable"
     try:
-        pos = offset - mf.file_from_offset
-        req, size = check_record(buf, pos, file_size, False)
-        if req.__class__ is DispatchRequest:
-            if req.commit_log_offset != offset:
-                return f"PHYSICALOFFSET {req.commit_log_offset}, the record lies at {offset}"
-            return "CRC mismatch"
-        if size:
-            return f"a framed record of {size} bytes whose fields do not add up"
-        return "no record framing (damaged TOTALSIZE or magic code)"
+        return damage_reason_in(buf, offset - mf.file_from_offset, mf.file_from_offset, file_size)
     finally:
         mf.release()
+
+
+def damage_reason_in(buf, pos: int, base: int, file_size: int) -> str:
+    """`damage_reason` for the record at `pos` of a segment's `buf` (starting at `base`)."""
+    req, size = check_record(buf, pos, file_size, False)
+    if req.__class__ is DispatchRequest:
+        if req.commit_log_offset != base + pos:
+            return f"PHYSICALOFFSET {req.commit_log_offset}, the record lies at {base + pos}"
+        return "CRC mismatch"
+    if size:
+        return f"a framed record of {size} bytes whose fields do not add up"
+    return "no record framing (damaged TOTALSIZE or magic code)"
