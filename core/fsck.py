@@ -29,7 +29,7 @@ import shutil
 import struct
 from dataclasses import asdict, dataclass, field, fields
 
-from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_crc, is_rocketmq_checkpoint
+from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_valid, is_rocketmq_checkpoint
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
 from core.store_format import check_store_format
 from core.fileops import REAL_FILE_OPS
@@ -239,9 +239,9 @@ def _check_checkpoint(cfg, log, report) -> None:
         report.notes.append("the checkpoint is RocketMQ's (fields at 0..39, no CRC): recovery after an "
                             "abnormal exit scans from the oldest segment; the store writes its own at "
                             "its next start")
-    elif struct.unpack_from(">I", data, CRC_POS)[0] != checkpoint_crc(data):
-        report.add("checkpoint_torn", path, CRC_POS, "the CRC of bytes 0..79 does not match; recovery "
-                   "falls back to a scan from the oldest segment")
+    elif not checkpoint_valid(data):
+        report.add("checkpoint_torn", path, CRC_POS, "the CRC of bytes 0..79 does not match or bytes "
+                   "84..4095 are not zero; recovery falls back to a scan from the oldest segment")
     else:
         values = {name: struct.unpack_from(">q", data, pos)[0] for name, pos in FIELDS}
         for name, pos in ((n, p) for n, p in FIELDS if n.endswith("phy_offset") and values[n] > log.end):
