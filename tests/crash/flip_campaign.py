@@ -164,16 +164,25 @@ def flip(path: str, at: int, bit: int) -> None:
 
 
 def run_flip(intact: Intact, work: str, kind: str, path: str, at: int, bit: int) -> Outcome:
+    damaged = touching(intact, path, at, at + 1) if kind == "commitlog" else set()
+    return run_damage(intact, work, path, lambda p: flip(p, at, bit), damaged)
+
+
+def touching(intact: Intact, segment: str, lo: int, hi: int) -> set:
+    """The physical offsets of the records with a byte in [lo, hi) of `segment`."""
+    seg = int(os.path.basename(segment))
+    return {p for p, n in intact.sizes.items() if p < seg + hi and seg + lo < p + n}
+
+
+def run_damage(intact: Intact, work: str, path: str, damage, damaged: set) -> Outcome:
+    """`damage(path)` done to a copy of the store's file `path`, then checked and read back;
+    the records at `damaged` are the ones whose bytes it touched."""
     out = Outcome()
     rel = os.path.relpath(path, intact.root)
-    damaged_phys = None
-    if kind == "commitlog":
-        seg = int(os.path.basename(path))
-        damaged_phys = next((p for p in intact.sizes if p <= seg + at < p + intact.sizes[p]), None)
     flipped = os.path.join(work, "flipped")
     shutil.rmtree(flipped, ignore_errors=True)
     shutil.copytree(intact.root, flipped)
-    flip(os.path.join(flipped, rel), at, bit)
+    damage(os.path.join(flipped, rel))
     try:
         out.detected = not fsck.check(flipped).ok
     except Exception as exc:                              # a crash of the check itself
@@ -186,13 +195,13 @@ def run_flip(intact: Intact, work: str, kind: str, path: str, at: int, bit: int)
         if abnormal:
             open(os.path.join(run, "abort"), "w").close()
         try:
-            _read_back(intact, run, damaged_phys, out)
+            _read_back(intact, run, damaged, out)
         except Exception as exc:
             out.crashed = f"{'abnormal' if abnormal else 'normal'}: {exc!r}"
     return out
 
 
-def _read_back(intact: Intact, root: str, damaged_phys, out: Outcome) -> None:
+def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
     st = MessageStore(config(root))
     st.load()
     try:
@@ -202,8 +211,8 @@ def _read_back(intact: Intact, root: str, damaged_phys, out: Outcome) -> None:
         served = set()
         for topic in TOPICS:
             for qid in range(QUEUES):
-                msgs, damaged = pull_all(st, topic, qid)
-                reported |= bool(damaged)
+                msgs, said_damaged = pull_all(st, topic, qid)
+                reported |= bool(said_damaged)
                 for m in msgs:
                     key = (topic, qid, m.queue_offset)
                     if intact.by_entry.get(key) != view(m):
@@ -218,8 +227,8 @@ def _read_back(intact: Intact, root: str, damaged_phys, out: Outcome) -> None:
         out.lost = max(out.lost, len(lost))
         if lost and not reported:
             out.lost_silently = max(out.lost_silently, len(lost))
-        victim = intact.by_phys.get(damaged_phys)
-        out.intact_lost = max(out.intact_lost, sum(1 for k in lost if k != victim))
+        victims = {intact.by_phys[p] for p in damaged}
+        out.intact_lost = max(out.intact_lost, sum(1 for k in lost if k not in victims))
         for (topic, key), where in list(intact.keys.items())[::7]:
             for m in st.query_message(topic, key, 64, LONG_AGO, FAR_AHEAD).messages:
                 entry = intact.by_phys.get(m.commit_log_offset)

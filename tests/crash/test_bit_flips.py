@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from flip_campaign import Tally, build_store, pick_flips, run_flip
+from flip_campaign import Tally, build_store, pick_flips, run_damage, run_flip, touching
 
 MUST_DETECT = ("commitlog", "checkpoint", "consumequeue")
 
@@ -46,3 +46,30 @@ def test_flip_soak(intact, tmp_path):
     print("\n" + tally.table())
     total = tally.total()
     assert total["served wrong"] == total["crashes"] == total["lost silently"] == 0
+
+
+PAGE = 4096
+
+
+def overwrite_page(page: int, source: int | None):
+    """A damage: page `page` of a file overwritten with zeros (a torn write that never reached
+    the disk) or with page `source`'s bytes (a misdirected write)."""
+    def damage(path):
+        with open(path, "r+b") as f:
+            f.seek(source * PAGE if source is not None else 0)
+            data = f.read(PAGE) if source is not None else bytes(PAGE)
+            f.seek(page * PAGE)
+            f.write(data)
+    return damage
+
+
+@pytest.mark.parametrize("page, source", [(1, None), (2, 0), (0, 3)])
+def test_a_torn_or_misdirected_page_of_a_sealed_segment(intact, tmp_path, page, source):
+    """A 4 KiB page of the first (sealed) segment zeroed or overwritten with another page of it:
+    found by check, never served, every record it does not touch kept."""
+    segment = os.path.join(intact.root, "commitlog", "%020d" % 0)
+    o = run_damage(intact, str(tmp_path), segment, overwrite_page(page, source),
+                   touching(intact, segment, page * PAGE, (page + 1) * PAGE))
+    assert not o.crashed, o.crashed
+    assert o.detected and not o.served_wrong, o.notes[:5]
+    assert o.lost and not o.intact_lost and not o.lost_silently
