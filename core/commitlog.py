@@ -137,8 +137,9 @@ class CommitLog:
                     tail_at = body_at + body_len
                     target[body_at:tail_at] = body
                     target[tail_at:pos + size] = tail
-                    if self.prop_crc:
-                        seal(target, pos, size)
+                    if self.prop_crc:                        # seal, inlined (core.record_crc)
+                        end = pos + size
+                        target[end - 11:end - 1] = (b"%010d" % (crc32(target[pos:end - 20]) & 0x7FFFFFFF))[::-1]
                     if counted:
                         table[key] = qoff + 1
                     mf.wrote_position = pos + size

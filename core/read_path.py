@@ -16,7 +16,7 @@ from core.codec import MAGIC_V1, MAGIC_V2
 from core.decode import decode_message
 from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.message import decode_message_id
-from core.read_check import DamageLog, record_problem
+from core.read_check import DamageLog, check_run, record_problem
 from core.record_crc import crc_mode
 from core.status import GetMessageResult, GetMessageStatus, QueryMessageResult
 from core.subscription import subscription_codes
@@ -131,6 +131,7 @@ class StoreReader:
         buffers, offsets = result.buffers, result.queue_offsets
         near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
         seg = _SegmentReader(self.commitlog.queue)
+        chosen, sizes = [], []
         count = total = scanned = 0
         try:
             for phys, size, tags in ENTRY.iter_unpack(raw):
@@ -155,26 +156,35 @@ class StoreReader:
                         if not count:
                             result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                         continue
-                why = record_problem(seg.buf, pos, size, phys, topic_b, queue_id, offset + scanned - 1,
-                                     check_crc)
-                if why is not None:
-                    if count:
-                        scanned -= 1                 # served next time, as MESSAGE_DAMAGED
-                    else:
-                        result.status = GetMessageStatus.MESSAGE_DAMAGED
-                        result.reason = self.damage.note(f"{cq.topic}:{queue_id} offset {offset + scanned - 1}",
-                                                         phys, why)
-                    break
                 buffers.append(bytes(seg.buf[pos:pos + size]))
                 offsets.append(offset + scanned - 1)
+                chosen.append(phys)
+                sizes.append(size)
                 count += 1
                 total += size
         finally:
             seg.close()
+        result.next_begin_offset = offset + scanned
         if count:
             result.status = GetMessageStatus.FOUND
-        result.next_begin_offset = offset + scanned
+            damaged = check_run(b"".join(buffers), sizes, chosen, topic_b, queue_id, offsets, check_crc)
+            if damaged is not None:
+                self._stop_before(result, damaged, chosen, cq)
         return result
+
+    def _stop_before(self, result, damaged, phys, cq) -> None:
+        """Cut `result` before its record number `i`, which is damaged: the next pull starts at
+        it; or, when it is the first, answer MESSAGE_DAMAGED with the reason, the next pull
+        starting after it."""
+        i, why = damaged
+        offsets = result.queue_offsets
+        if i:
+            result.next_begin_offset = offsets[i]
+        else:
+            result.status = GetMessageStatus.MESSAGE_DAMAGED
+            result.next_begin_offset = offsets[0] + 1
+            result.reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
+        del result.buffers[i:], offsets[i:]
 
     def _batch_limits(self, max_msgs) -> tuple:
         """(near, count and bytes limits in memory, in disk): a record at or past `near` counts

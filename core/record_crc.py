@@ -49,14 +49,14 @@ def crc_mode(config) -> int | bool:
 
 def digits(crc: int) -> bytes:
     """The ten digits of `crc`, least significant first."""
-    return str(crc)[::-1].ljust(10, "0").encode()
+    return (b"%010d" % crc)[::-1]
 
 
 def seal(buf, pos: int, size: int) -> None:
     """Write the CRC into the reserve of the record at `pos` (`size` bytes), when it has one."""
     end = pos + size
     if buf[end - CRC32_RESERVED_LEN:end - 11] == LABEL:
-        buf[end - 11:end - 1] = digits(crc32(buf[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF)
+        buf[end - 11:end - 1] = (b"%010d" % (crc32(buf[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF))[::-1]
 
 
 def seal_run(buf, start: int, sizes) -> None:
