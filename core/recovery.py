@@ -29,6 +29,7 @@ from core.codec import (
 )
 from core.dispatch import Dispatcher
 from core.quarantine import Quarantined, damage_reason, keep, next_record
+from core.queue_check import damaged_queues
 from core.record_crc import crc_mode
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class RecoveryReport:
     dropped_records: int = 0          # framed records at and after end_offset that were cut
     dropped_bytes: int = 0
     quarantined: list = field(default_factory=list)     # Quarantined ranges the scan went past
+    queues_rewritten: list = field(default_factory=list)  # (topic, queue id) with a damaged entry
 
 
 def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_exit_ok: bool,
@@ -55,8 +57,9 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     the log may end before the last segment does.
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
-    cq_store.recover()
     files = commitlog.queue.files
+    redo = damaged_queues(cq_store, commitlog.get_max_offset()) if files else {}
+    cq_store.recover()
     if not files:
         cq_store.destroy()
         if index_service is not None:
@@ -79,16 +82,9 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
 
     dispatcher = Dispatcher(commitlog, cq_store, index_service)
     check_crc = crc_mode(config) if config.check_crc_on_recover else False
-    at = start
-    while True:
-        end, _ = dispatcher.run(at, limit, check_crc=check_crc, progress=on_progress,
-                                apply=not last_exit_ok)
-        resume = next_record(commitlog.queue, file_size, end, check_crc) if end < limit else None
-        if resume is None:
-            break
-        report.quarantined.append(_quarantine(commitlog, cq_store, config, end, resume,
-                                              not last_exit_ok))
-        at = resume
+    end = _dispatch_through(dispatcher, commitlog, start, limit, check_crc, on_progress,
+                            not last_exit_ok, lambda at, resume: report.quarantined.append(
+                                _quarantine(commitlog, cq_store, config, at, resume, not last_exit_ok)))
     report.end_offset = end
     report.scanned_bytes = end - start
     if progress is not None:
@@ -101,9 +97,29 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     elif report.dropped_records:
         log.info("recovery cut an incomplete last record at %d (%d bytes)", end, report.dropped_bytes)
     truncate_all(commitlog, cq_store, index_service, end)
+    if redo:                                   # queues with a damaged entry: from the CommitLog
+        _dispatch_through(dispatcher, commitlog, min(redo.values()), end, check_crc, None, True,
+                          lambda at, resume: None)
+        rebuild_topic_queue_table(commitlog, cq_store)
+        report.queues_rewritten = sorted(redo)
     log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
              "abnormal" if report.abnormal else "normal", end - start, start, end)
     return report
+
+
+def _dispatch_through(dispatcher, commitlog, start: int, limit: int, check_crc, progress,
+                      apply: bool, on_damage) -> int:
+    """Dispatch (or, without `apply`, check) the log from `start`, going on past each damaged
+    range that has an intact record behind it (`on_damage(at, resume)` for each); return the
+    log's end: where the last run stopped with nothing intact behind."""
+    at = start
+    while True:
+        end, _ = dispatcher.run(at, limit, check_crc=check_crc, progress=progress, apply=apply)
+        resume = next_record(commitlog.queue, commitlog.file_size, end, check_crc) if end < limit else None
+        if resume is None:
+            return end
+        on_damage(end, resume)
+        at = resume
 
 
 def _quarantine(commitlog, cq_store, config, start: int, resume: int, abnormal: bool) -> Quarantined:
