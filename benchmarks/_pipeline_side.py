@@ -34,10 +34,11 @@ READY = "mqstore ready at "
 class StoreProcess:
     """`mqstore start` on a fresh directory; stopped with SIGTERM (a clean stop) and waited for."""
 
-    def __init__(self, root: str, flush: str, cache_window: int = 0):
+    def __init__(self, root: str, flush: str, cache_window: int = 0, extra: str = ""):
         self.root = root
         self.flush = flush
         self.cache_window = cache_window            # page_cache_window_commitlog, bytes
+        self.extra = extra                          # more TOML lines for the store's config
         self.proc = None
         self.address = None
 
@@ -46,7 +47,7 @@ class StoreProcess:
         toml = os.path.join(self.root, "store.toml")
         with open(toml, "w") as f:
             f.write(f'flush_disk_type = "{self.flush}"\n'
-                    f'page_cache_window_commitlog = {self.cache_window}\n')
+                    f'page_cache_window_commitlog = {self.cache_window}\n' + self.extra)
         exe = os.path.join(os.path.dirname(sys.executable), "mqstore")
         cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "supervisor.cli"]
         with open(os.path.join(self.root, "supervisor.stderr"), "w") as err:

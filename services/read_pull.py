@@ -241,11 +241,11 @@ class BatchStoreReader(StoreReader):
             damaged = _first_damaged(chunks, runs, chosen_phys, chosen_sizes, chosen_offsets, cq,
                                      self.check_crc)
             if damaged is not None:
-                return self._stop_before(damaged, chunks, chosen_phys, chosen_offsets, cq, lo, hi)
+                return self._cut_before(damaged, chunks, chosen_phys, chosen_offsets, cq, lo, hi)
         status = S.FOUND if count else (S.MESSAGE_WAS_REMOVING if removing else S.NO_MATCHED_MESSAGE)
         return PullBatch(status, offset + scanned, lo, hi, chunks=chunks, count=count)
 
-    def _stop_before(self, damaged, chunks, phys, offsets, cq, lo, hi) -> PullBatch:
+    def _cut_before(self, damaged, chunks, phys, offsets, cq, lo, hi) -> PullBatch:
         """The answer of a pull whose record number `i` (of those chosen) is damaged: the
         records before it, FOUND, the next pull starting at it; or, when it is the first,
         MESSAGE_DAMAGED with the reason, the next pull starting after it."""
