@@ -12,9 +12,10 @@ other is left alone, so every encoder only has to add the reserve.
 Reading (`claim`): a record whose last 20 bytes have that form carries a CRC, and the record is
 valid only if the CRC matches (it covers every header field, the hosts, the timestamps, the
 body, the topic and every other property; the reserve's own name is inside the covered range).
-A record whose last 20 bytes are that form in all but one or two bytes had the property and
-lost it to damage (a flip in the name, a separator or a digit): it is invalid, never read as a
-record without the CRC. Any other record has no CRC, and keeps the body-CRC check, unless the
+A record whose last 20 bytes begin with the property's name but do not go on with ten digits
+and 0x02, or are that form in all but one or two bytes, had the property and lost it to damage
+(in the name, a separator or the digits): it is invalid, never read as a record without the
+CRC. Any other record has no CRC, and keeps the body-CRC check, unless the
 check mode is `FORCED` (`force_verify_prop_crc`), under which it is invalid, as in RocketMQ.
 RocketMQ's decoder reads the property as any other; our message views leave it out of the
 user's properties (`strip`).
@@ -82,6 +83,8 @@ def claim(tail20: bytes) -> int:
         return int(tail20[_DIGITS_AT:-1][::-1])
     if len(tail20) != CRC32_RESERVED_LEN:
         return ABSENT
+    if tail20[:_DIGITS_AT] == LABEL:
+        return DAMAGED                  # the property's name is there: its digits or end are not
     got = np.frombuffer(tail20, np.uint8)
     off = int(np.count_nonzero(np.where(_IS_DIGIT, (got < 0x30) | (got > 0x39), got != _FORM)))
     return DAMAGED if off <= 2 else ABSENT
