@@ -140,7 +140,7 @@ class PreparedBatch:
                 self._set(np.frombuffer(buf, shape.fields, n, pos), queue_offset, phys_offset,
                           store_timestamp)
                 if shape.sealed:
-                    seal_grid(grid)
+                    seal_grid(buf, pos, grid)
             else:
                 rows = np.frombuffer(bytearray(heads.tobytes()), shape.fields)
                 self._set(rows, queue_offset, phys_offset, store_timestamp)

@@ -121,18 +121,19 @@ def _uniform_bad(chunk, n: int, size: int, phys0: int, topic: bytes, queue_id: i
     if check_crc:
         cut = size - CRC32_RESERVED_LEN
         view = memoryview(chunk)
-        try:
-            got = tuple((b"%010d" % (crc32(view[a:a + cut]) & 0x7FFFFFFF))[::-1]
-                        for a in range(0, n * size, size))
-        finally:
+        try:                            # all at C level: the digits of the CRCs, last record
+            crcs = list(map(_MASK, map(crc32, map(view.__getitem__, map(   # first, against the
+                slice, range(0, n * size, size), range(cut, n * size, size))))))   # stored digits
+        finally:                                                       # reversed whole
             view.release()
-        if got != vals[10::k]:
+        if b"".join(map(b"%010d".__mod__, reversed(crcs))) != b"".join(vals[10::k])[::-1]:
             return 0
     return None
 
 
 _RUN_ITEMS = 12      # TOTALSIZE MAGIC BODYCRC QUEUEID QUEUEOFFSET PHYS SYSFLAG BODYLEN TOPIC.. LABEL DIGITS 0x02
 _RUN_STRUCTS: dict = {}
+_MASK = (0x7FFFFFFF).__and__
 
 
 def _run_struct(n: int, size: int, t0: int, p: int) -> struct.Struct:

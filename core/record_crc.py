@@ -68,12 +68,19 @@ def seal_run(buf, start: int, sizes) -> None:
         pos += size
 
 
-def seal_grid(grid: np.ndarray) -> None:
-    """`seal` each row of `grid` (records of one size, one per row, all with the reserve):
-    one CRC call per row, the digits of all rows set with one assignment."""
+def seal_grid(buf, pos: int, grid: np.ndarray) -> None:
+    """`seal` each row of `grid` (records of one size back to back from `pos` of `buf`, one per
+    row, all with the reserve): one CRC call per record over a slice of `buf` (C-level
+    iteration), the digits of all of them set with one assignment."""
     n, size = grid.shape
     cut = size - CRC32_RESERVED_LEN
-    crcs = np.fromiter((crc32(row[:cut]) for row in grid), np.int64, n) & 0x7FFFFFFF
+    view = memoryview(buf)
+    try:
+        crcs = np.fromiter(map(crc32, map(view.__getitem__, map(slice, range(pos, pos + n * size, size),
+                                                               range(pos + cut, pos + n * size, size)))),
+                           np.int64, n) & 0x7FFFFFFF
+    finally:
+        view.release()
     grid[:, size - 11:size - 1] = (crcs[:, None] // _POWERS) % 10 + 0x30
 
 
