@@ -82,8 +82,9 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
 
     dispatcher = Dispatcher(commitlog, cq_store, index_service)
     check_crc = crc_mode(config) if config.check_crc_on_recover else False
+    durable = limit if last_exit_ok else (checkpoint.flushed_phy_offset if checkpoint.valid else 0)
     end = _dispatch_through(dispatcher, commitlog, start, limit, check_crc, on_progress,
-                            not last_exit_ok, lambda at, resume: report.quarantined.append(
+                            not last_exit_ok, durable, lambda at, resume: report.quarantined.append(
                                 _quarantine(commitlog, cq_store, config, at, resume, not last_exit_ok)))
     report.end_offset = end
     report.scanned_bytes = end - start
@@ -99,7 +100,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     truncate_all(commitlog, cq_store, index_service, end)
     if redo:                                   # queues with a damaged entry: from the CommitLog
         _dispatch_through(dispatcher, commitlog, min(redo.values()), end, check_crc, None, True,
-                          lambda at, resume: None)
+                          end, lambda at, resume: None)
         rebuild_topic_queue_table(commitlog, cq_store)
         report.queues_rewritten = sorted(redo)
     log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
@@ -108,14 +109,19 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
 
 
 def _dispatch_through(dispatcher, commitlog, start: int, limit: int, check_crc, progress,
-                      apply: bool, on_damage) -> int:
+                      apply: bool, durable: int, on_damage) -> int:
     """Dispatch (or, without `apply`, check) the log from `start`, going on past each damaged
-    range that has an intact record behind it (`on_damage(at, resume)` for each); return the
-    log's end: where the last run stopped with nothing intact behind."""
+    range below `durable` that has an intact record behind it (`on_damage(at, resume)` for
+    each); return the log's end: where the last run stopped with nothing intact behind, or
+    with damage at or past `durable`. Below `durable` (all of the log after a clean stop, the
+    checkpoint's flushed offset after a crash) bytes were on disk: damage there is damage. Past
+    it, a power cut can leave any page of the unflushed tail unwritten (zeros with written
+    pages after them): that is the torn tail, cut as RocketMQ cuts it."""
     at = start
     while True:
         end, _ = dispatcher.run(at, limit, check_crc=check_crc, progress=progress, apply=apply)
-        resume = next_record(commitlog.queue, commitlog.file_size, end, check_crc) if end < limit else None
+        resume = next_record(commitlog.queue, commitlog.file_size, end, check_crc) \
+            if end < min(limit, durable) else None
         if resume is None:
             return end
         on_damage(end, resume)

@@ -309,9 +309,10 @@ def test_everything_cut_leaves_empty_queues(tiny_config, open_store):
 @pytest.mark.parametrize("where", [4, 40, 100])       # MAGIC, BORNTIMESTAMP, inside the body
 def test_a_damaged_record_is_quarantined_and_the_records_after_it_kept(tiny_config, open_store,
                                                                        abnormal, where):
-    """One flipped bit in a record in the middle of the log: recovery copies that record to
-    quarantine/ with a report and keeps every record after it (DESIGN.md section 7); a pull
-    answers MESSAGE_DAMAGED there (with its entry) and serves the rest."""
+    """One flipped bit in a record in the middle of the log (below what the checkpoint says was
+    flushed): recovery copies that record to quarantine/ with a report and keeps every record
+    after it (DESIGN.md section 7); a pull answers MESSAGE_DAMAGED there (with its entry) and
+    serves the rest."""
     cfg = tiny_config()
     st = open_store(cfg)
     res = put_n(st, 200)                                       # several segments
@@ -327,7 +328,9 @@ def test_a_damaged_record_is_quarantined_and_the_records_after_it_kept(tiny_conf
         f.write(bytes([byte ^ 0x10]))
     if abnormal:
         open(cfg.abort_path, "w").close()
-        os.remove(cfg.checkpoint_path)                          # scan the whole log
+        cp = StoreCheckpoint(cfg.checkpoint_path, REAL_FILE_OPS)   # scan the whole log; all of
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0   # it is
+        cp.shutdown()                                               # flushed (flushed offset)
     st = open_store(cfg)
     report = st.recovery_report
     assert st.get_max_phy_offset() == end
@@ -348,3 +351,22 @@ def test_a_damaged_record_is_quarantined_and_the_records_after_it_kept(tiny_conf
     assert got == ["key-%d" % i for i in range(200) if i != 50]
     assert damaged == [50]            # the queue's entry stays (re-dispatch finds it there)
     assert st.look_message_by_offset(victim.wrote_offset) is None
+
+
+def test_a_hole_past_the_flushed_offset_is_a_torn_tail(tiny_config, open_store):
+    """After a crash, what lies past the checkpoint's flushed offset may have reached the disk
+    page by page in any order: zeros there with written pages after them are the torn tail,
+    cut as before, never quarantined."""
+    cfg = tiny_config()
+    st = open_store(cfg)
+    res = put_n(st, 120)
+    st.shutdown()
+    hole = res[100]
+    cp = StoreCheckpoint(cfg.checkpoint_path, REAL_FILE_OPS)
+    cp.flushed_phy_offset = hole.wrote_offset                  # flushed up to the hole
+    cp.shutdown()
+    damage(cfg, hole.wrote_offset, bytes(hole.wrote_bytes))   # a page that never reached the disk
+    open(cfg.abort_path, "w").close()
+    st = open_store(cfg)
+    assert st.recovery_report.quarantined == []
+    assert st.get_max_phy_offset() == hole.wrote_offset
