@@ -328,9 +328,9 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
 
 
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
-                 store_timestamp: int) -> int:
-    """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve); return
-    the position after it."""
+                 store_timestamp: int, sealed: bool = True) -> int:
+    """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve, unless
+    not `sealed`: bytes whose position fields are set later); return the position after it."""
     body = rec.body
     rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
                          queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
@@ -341,7 +341,7 @@ def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_off
     buf[p:end] = body
     tail_end = end + len(rec.tail)
     buf[end:tail_end] = rec.tail
-    if rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
+    if sealed and rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
         seal(buf, pos, rec.size)
     return tail_end
 

@@ -105,5 +105,5 @@ def encode_prepared(rec):
     if rec.__class__ is PutMessageStatus:
         return rec
     data = bytearray(rec.size)
-    write_record(data, 0, rec, 0, 0, 0)
+    write_record(data, 0, rec, 0, 0, 0, sealed=False)      # sealed once appended
     return bytes(data), rec.topic, rec.queue_id, rec.sys_flag

@@ -67,15 +67,17 @@ def messages(draw):
         prepared_transaction_offset=draw(mostly(int64, odd_ints)))
 
 
-def general(msg, max_size, store):
-    return encode_prepared(prepare_record(copy.copy(msg), max_size, store))
+def general(msg, max_size, store, crc=False):
+    return encode_prepared(prepare_record(copy.copy(msg), max_size, store, crc))
 
 
 @settings(max_examples=500, deadline=None)
-@given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]))
-def test_encode_record_equals_the_general_path(msg, max_size, store):
-    want = general(msg, max_size, store)          # also fills the topic and host caches
-    assert encode_record(msg, max_size, store) == want
+@given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]),
+       st.booleans())
+def test_encode_record_equals_the_general_path(msg, max_size, store, crc):
+    """With and without the record CRC reserve (`crc`)."""
+    want = general(msg, max_size, store, crc)     # also fills the topic and host caches
+    assert encode_record(msg, max_size, store, crc) == want
 
 
 def test_the_common_message_is_encoded_inline(monkeypatch):
