@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
 from core.codec import encode_message
 from core.decode import LazyMessageExt
