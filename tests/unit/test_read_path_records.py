@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-
 from core.codec import encode_message
 from core.decode import LazyMessageExt
 from core.commitlog import CommitLog
