@@ -52,7 +52,8 @@ class StoreProcess:
         with open(toml, "w") as f:
             f.write(f'flush_disk_type = "{self.flush}"\n'
                     f'page_cache_window_commitlog = {self.cache_window}\n')
-            f.writelines(f"{k} = {v!r}\n" if isinstance(v, int) else f'{k} = "{v}"\n'
+            f.writelines(f"{k} = {str(v).lower()}\n" if isinstance(v, bool)
+                         else f"{k} = {v!r}\n" if isinstance(v, int) else f'{k} = "{v}"\n'
                          for k, v in self.config.items())
         exe = os.path.join(os.path.dirname(sys.executable), "mqstore")
         cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "supervisor.cli"]

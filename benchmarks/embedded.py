@@ -13,6 +13,8 @@ Workloads, each on a fresh store in a temporary directory on a real disk (tmpfs 
 3. recovery: the ASYNC store is shut down, the abort file written by hand with the store's
    `AbortFile` and the checkpoint deleted, so `load()` of a new `MessageStore` must scan and
    re-dispatch every segment from the first; bytes scanned / seconds in `load()`.
+4. integrity (benchmarks/_integrity_rows.py): 1 KiB puts with the record CRC beside without,
+   gets with the read checks beside without.
 
 Messages look like a RocketMQ producer's: topic `BenchTopic`, 4 queues (round robin for single
 puts, one queue per batch), TAGS `TagA`, a unique 32-hex-digit UNIQ_KEY (so the index
@@ -47,6 +49,7 @@ from core import MessageStore, PutMessageStatus, StoreConfig                 # n
 from core.fileops import REAL_FILE_OPS                                       # noqa: E402
 from core.store_files import AbortFile                                       # noqa: E402
 from _sqlite_peer import sqlite_puts                                         # noqa: E402
+from _integrity_rows import integrity_rows, print_rows                         # noqa: E402
 from _embedded_plan import (                                                  # noqa: E402
     BATCH, FULL, QUICK, QUEUES, TAGS, THREADS, TOPIC, Frozen, MessageFactory, Plan, SizePlan, say,
     scaled, size_name,
@@ -504,12 +507,15 @@ def main(argv=None) -> int:
     contention = L.CpuContention().start()
     try:
         bench.run()
+        integrity = integrity_rows(root, args.quick)
     finally:
         bench.close_all()
         shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
     cpu_use = contention.stop()
     bench.print_report()
+    print()
+    print_rows(integrity)
     print()
     L.print_contention(cpu_use)
     print(f"\ntotal {elapsed:.0f} s; temporary stores removed from {root}")

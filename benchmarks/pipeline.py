@@ -82,6 +82,7 @@ from _pipeline_side import (                                                  # 
 from _echo_floor import EchoServer, echo_worker                               # noqa: E402
 from _client_rows import aio_consume, group_consume                           # noqa: E402
 from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
+from _pipeline_integrity import integrity_rows, print_rows as print_integrity  # noqa: E402
 from _redis_peer import print_redis, timed_xadd                               # noqa: E402
 
 MANY = 16
@@ -414,6 +415,7 @@ def main(argv=None) -> int:
             say(f"{len(workers)} producer processes ready")
             bench = PipelineBench(root, plan, pool, foreign, echo.address)
             bench.run()
+            integrity = integrity_rows(bench, wait_quiet)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     bench.attach_peers(redis)
@@ -425,6 +427,8 @@ def main(argv=None) -> int:
         print_redis(redis)
         print()
     print_table(bench.rows)
+    print()
+    print_integrity(integrity)
     print()
     print(f"MB/s = message bodies (10^6 B). single = send_async, {SINGLE_WINDOW} in flight per producer; "
           f"batch{BATCH} = send_batch_async of {BATCH}, {BATCH_WINDOW_ONE} in flight (x1) or "

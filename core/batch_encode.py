@@ -20,6 +20,10 @@ It applies when the UNIQ_KEYs (if any) all have the same UTF-8 length, which the
 producer makes always do; `prepare_columns` returns None otherwise, and the caller takes
 `core.codec.prepare_batch`, which gives the same bytes record by record. The tests hold
 the two to byte equality.
+
+With `prop_crc` every record's tail ends in the CRC reserve (`core.record_crc`); `write` seals
+each record once the position fields are set (one CRC per record; the digits of a uniform
+batch go in with one numpy assignment).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from core.codec import (
 )
 from core.crc import crc32, crc32_for_size
 from core.key_block import KeyBlock, block_problem, key_list
+from core.record_crc import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
 from core.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
@@ -60,7 +65,8 @@ class _Shape:
     first, as `prepare_record` makes it), the n headers but for the fields each batch sets, the
     n tails but for their UNIQ_KEY columns, and each record's (index, start) in the batch."""
 
-    __slots__ = ("first", "record_sizes", "total", "heads", "tails", "key_at", "places", "fields")
+    __slots__ = ("first", "record_sizes", "total", "heads", "tails", "key_at", "places", "fields",
+                 "sealed")
 
     def __init__(self, first: PreparedRecord, record_sizes: tuple, rows: np.ndarray, tails: np.ndarray,
                  key_at: int):
@@ -76,6 +82,7 @@ class _Shape:
         self.places = places
         for shared in (self.heads, tails, places):
             shared.flags.writeable = False            # batches of every thread read them
+        self.sealed = first.tail[-CRC32_RESERVED_LEN:] == RESERVE     # records with the CRC
         self.fields = _set_fields(rows.dtype, record_sizes[0] if len(set(record_sizes)) == 1 else None)
 
 
@@ -132,6 +139,8 @@ class PreparedBatch:
                     grid[:, at:at + len(keys) // n] = np.frombuffer(keys, _U8).reshape(n, -1)
                 self._set(np.frombuffer(buf, shape.fields, n, pos), queue_offset, phys_offset,
                           store_timestamp)
+                if shape.sealed:
+                    seal_grid(buf, pos, grid)
             else:
                 rows = np.frombuffer(bytearray(heads.tobytes()), shape.fields)
                 self._set(rows, queue_offset, phys_offset, store_timestamp)
@@ -144,6 +153,8 @@ class PreparedBatch:
                 out[:] = np.frombuffer(b"".join(chain.from_iterable(zip(
                     [head_b[i:i + h] for i in range(0, n * h, h)], self._bodies,
                     [tail_b[i:i + t] for i in range(0, n * t, t)]))), _U8)
+                if shape.sealed:
+                    seal_run(buf, pos, shape.record_sizes)
         finally:
             del out, grid                                 # so that buf can be closed
         return pos + total
@@ -160,29 +171,32 @@ class PreparedBatch:
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
                           store_host_bytes: bytes | None = None, uniq_keys=None, block=None,
-                          sizes: list | None = None):
+                          sizes: list | None = None, prop_crc: bool = False):
     """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
     record by record (`core.codec.prepare_batch`) otherwise; or the PutMessageStatus. As
     RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL). `uniq_keys`
     is a list of strings or a `core.key_block.KeyBlock`."""
     if has_delay_level(msg.properties):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes)
+    recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes,
+                           prop_crc)
     if recs is None:
-        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys))
+        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys),
+                             prop_crc)
     if recs.__class__ is not PutMessageStatus and \
             (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
         return PutMessageStatus.MESSAGE_ILLEGAL
     return recs
 
 
-def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = None):
+def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = None,
+                 prop_crc: bool = False):
     """A batch whose messages differ in more than body and UNIQ_KEY, each prepared on its own
     (`core.codec.prepare_record`); or the PutMessageStatus refusing it, under the batch rules
     of `prepare_batch_records` (no delay level, no transaction)."""
     recs = []
     for m in msgs:
-        rec = prepare_record(m, max_message_size, store_host_bytes)
+        rec = prepare_record(m, max_message_size, store_host_bytes, prop_crc)
         if rec.__class__ is PutMessageStatus:
             return rec
         if rec.sys_flag & SYSFLAG_TRANSACTION_MASK or has_delay_level(m.properties):
@@ -193,7 +207,7 @@ def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = N
 
 
 def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
-                    uniq_keys=None, block=None, sizes: list | None = None):
+                    uniq_keys=None, block=None, sizes: list | None = None, prop_crc: bool = False):
     """`core.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
     batch); None when the batch does not fit the columns (fewer than two records, or keys of
     different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
@@ -222,25 +236,25 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
         joined = uniq_keys.data
     elif keyed:
         if list(map(type, uniq_keys)).count(str) != n:
-            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
         joined = "".join(uniq_keys)
         if not joined.isascii() or list(map(len, uniq_keys)).count(len(uniq_keys[0])) != n:
-            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
         if "\x01" in joined or "\x02" in joined:       # refused; _columns says with which status
-            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block)
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
         joined = joined.encode("ascii")
     born = msg.born_timestamp
     if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
             or not -(1 << 63) <= born < 1 << 63:
-        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
     try:
         key = _shape_key(msg, n, sizes[0], len(joined) // n if keyed else None, max_message_size,
-                         store_host_bytes)
+                         store_host_bytes, prop_crc)
         shape = _SHAPES.get(key)
     except TypeError:                                   # an unhashable field: no cache
-        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
     if shape is None:
-        batch = _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block)
+        batch = _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
         if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
             if len(_SHAPES) >= SHAPES_KEPT:
                 try:
@@ -254,7 +268,7 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
 
 
 def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_size: int,
-               store_host_bytes) -> tuple:
+               store_host_bytes, prop_crc: bool) -> tuple:
     """Every input of `_columns` that two batches alike but for bodies (of one size), keys (of
     one length) and born timestamp share; TypeError when one is unhashable. The types are part
     of it: 1, 1.0 and True are equal keys, but not all of them are legal field values."""
@@ -263,16 +277,16 @@ def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_siz
     return (msg.topic, ints, tuple(map(type, ints)), msg.tags, msg.keys, msg.born_host,
             None if store_host_bytes else msg.store_host,
             (tuple(props.items()), tuple(map(type, props.values()))) if props else None, n, body_size,
-            key_len, max_message_size, store_host_bytes)
+            key_len, max_message_size, store_host_bytes, prop_crc)
 
 
 def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None,
-             uniq_keys: list | None, block):
+             uniq_keys: list | None, block, prop_crc: bool):
     """`prepare_columns` without the shape cache."""
     n = len(bodies)
     keyed = uniq_keys is not None
     first = prepare_batch(copy.copy(msg), bodies[:1], max_message_size, store_host_bytes,
-                          uniq_keys[:1] if keyed else None)     # a copy: it sets body and UNIQ_KEY
+                          uniq_keys[:1] if keyed else None, prop_crc)   # a copy: it sets body, UNIQ_KEY
     if first.__class__ is PutMessageStatus:
         return first
     first = first[0]

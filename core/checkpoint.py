@@ -17,6 +17,11 @@ Bytes 40..63 and 84..4095 stay zero. The CRC detects a torn write: when it does 
 open, `valid` is False and every field reads as 0, so that recovery falls back to a full
 scan. A RocketMQ-written checkpoint has no CRC and therefore opens as not valid.
 
+So that no byte of the file can be damaged unseen, a checkpoint is valid only when, besides
+its CRC, bytes 84..4095 are all zero (`checkpoint_valid`): the same as a CRC over every byte
+but the CRC's own, with the format unchanged (RocketMQ reads bytes 0..39 only; checkpoints of
+earlier versions of this store, which leave those bytes zero, stay valid).
+
 Every field lives in memory on the attributes; `flush()` writes them all at once. Only one
 process may own a writable `StoreCheckpoint` of a store (the one that persists positions;
 other processes report theirs through the control block): two writers would overwrite each
@@ -53,6 +58,12 @@ def checkpoint_crc(buf) -> int:
     return crc32(bytes(buf[0:CRC_POS])) & 0xFFFFFFFF
 
 
+def checkpoint_valid(buf) -> bool:
+    """Whether a 4 KiB checkpoint's CRC holds and the bytes after it are zero (module doc)."""
+    return _UINT32.unpack_from(buf, CRC_POS)[0] == checkpoint_crc(buf) \
+        and not any(bytes(buf[CRC_POS + 4:CHECKPOINT_SIZE]))
+
+
 def is_rocketmq_checkpoint(buf) -> bool:
     """Whether a checkpoint is as RocketMQ writes it: its fields at 0..39 and the rest of the
     4 KiB zero, with no CRC (so it opens as not valid, as a torn one does)."""
@@ -81,8 +92,7 @@ class StoreCheckpoint:
             self.valid = True
             self.flush()
         else:
-            self.valid = _UINT32.unpack_from(self._mapping.buf, CRC_POS)[0] == \
-                checkpoint_crc(self._mapping.buf)
+            self.valid = checkpoint_valid(self._mapping.buf)
             if self.valid:
                 for name, pos in FIELDS:
                     setattr(self, name, _INT64.unpack_from(self._mapping.buf, pos)[0])
@@ -110,6 +120,8 @@ class StoreCheckpoint:
         for name, pos in FIELDS:
             _INT64.pack_into(buf, pos, getattr(self, name))
         _UINT32.pack_into(buf, CRC_POS, checkpoint_crc(buf))
+        if any(bytes(buf[CRC_POS + 4:CHECKPOINT_SIZE])):     # damaged: written zero again
+            buf[CRC_POS + 4:CHECKPOINT_SIZE] = bytes(CHECKPOINT_SIZE - CRC_POS - 4)
         self._mapping.flush(0, CHECKPOINT_SIZE)
 
     def get_min_timestamp(self) -> int:

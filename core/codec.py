@@ -6,6 +6,10 @@ physical offset and store timestamp. `check_record` is the recovery/dispatch par
 tells a valid record from a blank, a torn or a corrupt one. Reading a record back as a
 message is `core.decode`.
 
+Records carry RocketMQ 5.2's whole-record CRC property when the encoder is asked for it
+(`prop_crc`, the store's `enabled_append_prop_crc`); `core.record_crc` owns its bytes, and
+`parse_record` checks it where a record has it (the body CRC where it has not).
+
 The body CRC covers only the body. So that recovery also notices a record whose tail a
 torn write zeroed, the CRC-checked parse refuses a topic containing a NUL (topics never
 contain one; puts refuse them) and non-empty properties ending in a NUL (RocketMQ 5.2+ ends
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 from core.crc import crc32
 from core.hashing import tags_code
+from core.record_crc import CRC32_RESERVED_LEN, LABEL, RESERVE, seal, strip, verify
 from core.message import (
     KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
@@ -191,8 +196,11 @@ def is_body(body) -> bool:
     return isinstance(body, memoryview) and body.itemsize == 1 and body.c_contiguous
 
 
-def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None):
-    """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it."""
+def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None,
+                   prop_crc: bool = False):
+    """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it.
+    With `prop_crc` the properties end in the CRC reserve (`core.record_crc`), which counts
+    towards the 32767-byte limit as in RocketMQ; `write_record` fills it in."""
     body = msg.body
     topic = msg.topic
     if not is_body(body) or not isinstance(topic, str):
@@ -209,6 +217,8 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
         return PutMessageStatus.MESSAGE_ILLEGAL
     props_b = props_s.encode("utf-8")
+    if prop_crc:
+        props_b = with_reserve(props_b)
     if len(props_b) > MAX_PROPERTIES_BYTES:
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     if pairs * 2 != props_s.count("\x01") + props_s.count("\x02"):
@@ -236,8 +246,16 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
 
 
+def with_reserve(props_b: bytes) -> bytes:
+    """PROPERTIES followed by the CRC reserve: a 0x02 first when they are not empty and do not
+    end in one (RocketMQ's rule; ours always do)."""
+    if props_b and props_b[-1] != 2:
+        props_b += b"\x02"
+    return props_b + RESERVE
+
+
 def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
-                  uniq_keys: list | None = None):
+                  uniq_keys: list | None = None, prop_crc: bool = False):
     """`prepare_record` for records that share every field of `msg` but the body (a batch sent
     without per-message fields) and, with `uniq_keys`, the UNIQ_KEY property (record i gets
     uniq_keys[i]; `msg.properties` must not hold one). The first record is prepared in full;
@@ -250,7 +268,7 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
         if len(uniq_keys) != len(bodies) or PROPERTY_UNIQ_KEY in (msg.properties or {}):
             return PutMessageStatus.MESSAGE_ILLEGAL
         msg.properties = {**(msg.properties or {}), PROPERTY_UNIQ_KEY: uniq_keys[0]}
-    first = prepare_record(msg, max_message_size, store_host_bytes)
+    first = prepare_record(msg, max_message_size, store_host_bytes, prop_crc)
     if first.__class__ is PutMessageStatus:
         return first
     first.prepared_offset = 0        # RocketMQ writes 0 into every record of a batch (2.11)
@@ -310,8 +328,9 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
 
 
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
-                 store_timestamp: int) -> int:
-    """Pack `rec` into `buf` at `pos`; return the position after it."""
+                 store_timestamp: int, sealed: bool = True) -> int:
+    """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve, unless
+    not `sealed`: bytes whose position fields are set later); return the position after it."""
     body = rec.body
     rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
                          queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
@@ -322,6 +341,8 @@ def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_off
     buf[p:end] = body
     tail_end = end + len(rec.tail)
     buf[end:tail_end] = rec.tail
+    if sealed and rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
+        seal(buf, pos, rec.size)
     return tail_end
 
 
@@ -330,9 +351,11 @@ def write_blank(buf, pos: int, length: int) -> None:
     _BLANK.pack_into(buf, pos, length, MAGIC_BLANK)
 
 
-def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_message_size=1 << 62):
-    """One record as bytes (tests, tools). Raises ValueError for a message the store would refuse."""
-    rec = prepare_record(msg, max_message_size)
+def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_message_size=1 << 62,
+                   prop_crc: bool = False):
+    """One record as bytes (tests, tools), with the CRC property when `prop_crc`. Raises
+    ValueError for a message the store would refuse."""
+    rec = prepare_record(msg, max_message_size, prop_crc=prop_crc)
     if isinstance(rec, PutMessageStatus):
         raise ValueError(f"message refused: {rec.name}")
     buf = bytearray(rec.size)
@@ -380,11 +403,13 @@ class RecordCheck:
     CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
 
 
-def parse_record(buf, pos: int, limit: int, check_crc: bool) -> tuple:
+def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     """The record at `pos` (not reading past `limit`), read once with every check of
     `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
-    record, `header` the fields as `_HEADERS` unpacks them; otherwise (RecordCheck.BLANK,
-    END or CORRUPT, the size `check_record` gives, None, 0, None, None)."""
+    record, `header` the fields as `_HEADERS` unpacks them, `properties` without the CRC
+    property; otherwise (RecordCheck.BLANK, END or CORRUPT, the size `check_record` gives,
+    None, 0, None, None). `check_crc` is a check mode of `core.record_crc` (False, True,
+    FORCED)."""
     if limit - pos < 8:
         return RecordCheck.END, 0, None, 0, None, None
     total, magic = _BLANK.unpack_from(buf, pos)
@@ -401,22 +426,23 @@ def parse_record(buf, pos: int, limit: int, check_crc: bool) -> tuple:
         body_len = h[14]
         if body_len < 0 or body_at + body_len > pos + total:
             return RecordCheck.CORRUPT, total, None, 0, None, None
-        if check_crc and crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF != h[2]:
-            return RecordCheck.CORRUPT, total, None, 0, None, None
         topic, p = _read_topic(buf, body_at + body_len, magic)
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0 or p + props_len - pos != total:
             return RecordCheck.CORRUPT, total, None, 0, None, None
-        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)):
-            return RecordCheck.CORRUPT, total, None, 0, None, None   # a torn write's zeros (module doc)
-        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8")) if props_len else {}
+        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)
+                          or not verify(buf, pos, total, check_crc,
+                                        lambda: crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF == h[2])):
+            return RecordCheck.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
+        props = string_to_properties(strip(bytes(buf[p:p + props_len])).decode("utf-8")) \
+            if props_len else {}
     except (struct.error, UnicodeDecodeError, IndexError, KeyError):
         return RecordCheck.CORRUPT, total, None, 0, None, None
     return None, total, h, body_at, topic, props
 
 
-def check_record(buf, pos: int, limit: int, check_crc: bool):
+def check_record(buf, pos: int, limit: int, check_crc):
     """Parse the record at `pos` (not reading past `limit`).
 
     Returns (DispatchRequest, size) for a valid record, (RecordCheck.BLANK, size) for a blank,

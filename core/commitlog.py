@@ -3,6 +3,8 @@
 Owns the append path (encode straight into the mapped segment or the transient buffer, queue
 offsets from the topic-queue table, blank record and roll at a segment's end, a batch as one
 unit), reads by physical offset, and the written/committed/flushed/confirm positions.
+With `enabled_append_prop_crc` every record it appends carries the whole-record CRC property,
+sealed under the append lock once the position fields are set (`core.record_crc`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from core.codec import (
 )
 from core.cache_window import UnmapBehind
 from core.crc import crc32
+from core.record_crc import RESERVE, seal
 from core.record_encode import (
     _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
 )
@@ -53,6 +56,7 @@ class CommitLog:
         self.begin_time_in_lock = 0
         self.store_host_bytes, self._store_v6 = host_to_bytes(config.store_host_tuple)
         self.max_message_size = config.max_message_size
+        self.prop_crc = config.enabled_append_prop_crc
         self._writing = None              # the segment being appended to, held mapped
         self._target = None               # where its bytes go: its mapping or its pool buffer
         self._prefault: PrefaultAhead | None = None     # started with the first append
@@ -61,7 +65,7 @@ class CommitLog:
 
     # -- append --------------------------------------------------------------------------
     def prepare(self, msg):
-        return prepare_record(msg, self.max_message_size, self.store_host_bytes)
+        return prepare_record(msg, self.max_message_size, self.store_host_bytes, self.prop_crc)
 
     def append(self, rec: PreparedRecord) -> AppendMessageResult:
         """Append one prepared record (as `append_encoded` does the bytes of one)."""
@@ -91,9 +95,12 @@ class CommitLog:
                 return self._append_other(msg)
             props_b = ("\x02".join(map("\x01".join, props.items())) + end[0]).encode()
             n = len(props) + end[1]
+            if self.prop_crc:
+                props_b += RESERVE                          # it ends in 0x02 (end[0])
             body_len = len(body)
             size = 90 + len(head) + body_len + len(props_b)      # head: TOPICLENGTH TOPIC
-            if n + n != props_b.count(b"\x01") + props_b.count(b"\x02") or body_len > self.max_message_size \
+            if n + n + (2 if self.prop_crc else 0) != props_b.count(b"\x01") + props_b.count(b"\x02") \
+                    or body_len > self.max_message_size \
                     or len(props_b) > MAX_PROPERTIES_BYTES or size > self.max_message_size + TOTAL_SIZE_SLACK:
                 return self._append_other(msg)
         except (TypeError, ValueError, AttributeError, LookupError):   # e.g. a property not a str
@@ -130,6 +137,9 @@ class CommitLog:
                     tail_at = body_at + body_len
                     target[body_at:tail_at] = body
                     target[tail_at:pos + size] = tail
+                    if self.prop_crc:                        # seal, inlined (core.record_crc)
+                        end = pos + size
+                        target[end - 11:end - 1] = (b"%010d" % (crc32(target[pos:end - 20]) & 0x7FFFFFFF))[::-1]
                     if counted:
                         table[key] = qoff + 1
                     mf.wrote_position = pos + size
@@ -145,7 +155,7 @@ class CommitLog:
 
     def _append_other(self, msg) -> AppendMessageResult | PutMessageStatus:
         """`append_message` of any message: `encode_record`, then `append_encoded`."""
-        rec = encode_record(msg, self.max_message_size, self.store_host_bytes)
+        rec = encode_record(msg, self.max_message_size, self.store_host_bytes, self.prop_crc)
         if rec.__class__ is PutMessageStatus:
             return rec
         if self.begin_time_in_lock and self.is_os_page_cache_busy():
@@ -177,6 +187,7 @@ class CommitLog:
                     qoff = 0
                 _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
                 _STORE_TS.pack_into(target, pos + (68 if sys_flag & SYSFLAG_BORNHOST_V6 else 56), store_ts)
+                seal(target, pos, size)                  # when it has the CRC reserve
                 mf.wrote_position = end
                 mf.store_timestamp = store_ts
                 if phys + size >= self._prefault_at:

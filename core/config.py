@@ -23,6 +23,9 @@ Decisions beyond RocketMQ:
 - `flush_disk_type` and `broker_role` are accepted in any letter case and kept upper-case.
 - `delete_when` takes one or more hours 0-23 separated by `;` ("04", "4", "04;16"), as
   RocketMQ parses each as an integer.
+- `enabled_append_prop_crc` (RocketMQ 5.2's whole-record `__CRC32#` property,
+  `core.record_crc`) is on by default here, so that a flip anywhere in a record is caught;
+  `force_verify_prop_crc` (default false, as RocketMQ) makes a record without it invalid.
 - `use_transient_store_pool` is RocketMQ 4.x's effective switch: the pool is used only by
   an ASYNC_FLUSH master.
 
@@ -146,6 +149,8 @@ class StoreConfig:
     slave_timeout: int = 3000
     max_message_size: int = 4194304
     check_crc_on_recover: bool = True
+    enabled_append_prop_crc: bool = True       # RocketMQ 5.2's default is false (module doc)
+    force_verify_prop_crc: bool = False
     transient_store_pool_enable: bool = False
     transient_store_pool_size: int = 5
     fast_fail_if_no_buffer_in_store_pool: bool = False
@@ -308,6 +313,7 @@ class StoreConfig:
     store_format_path = _under_root("config", STORE_FORMAT_FILE)
     run_dir = _under_root("run")
     logs_dir = _under_root("logs")
+    quarantine_dir = _under_root("quarantine")
 
     # ---------------------------------------------------------------- derived values
     @property

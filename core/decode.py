@@ -2,7 +2,7 @@
 returns (DESIGN.md section 3 for the bytes). The record is checked for its framing at once
 (`pulled_messages`, for a pull's records: at the first field read); each part is decoded on
 its first read, so a caller that reads only the body and offsets never parses properties or
-hosts.
+hosts. The CRC property (`core.record_crc`) is not among a message's properties.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from core.codec import _HEADERS, _I64, MAGIC_V1, MAGIC_V2, host_lengths
 from core.crc import crc32
+from core.record_crc import strip
 from core.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, MessageExt,
     bytes_to_host, string_to_properties,
@@ -68,7 +69,7 @@ class LazyMessageExt(MessageExt):
             n, p = rec[p] << 8 | rec[p + 1], p + 2
         topic = _topic_str(rec[p:p + n])
         p += n + 2
-        props = string_to_properties(rec[p:h[0]].decode("utf-8")) if p < h[0] else {}
+        props = string_to_properties(strip(rec[p:h[0]]).decode("utf-8")) if p < h[0] else {}
         self._t = t = (topic, props.pop(PROPERTY_TAGS, None), props.pop(PROPERTY_KEYS, None), props)
         return t
 

@@ -29,7 +29,7 @@ import shutil
 import struct
 from dataclasses import asdict, dataclass, field, fields
 
-from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_crc, is_rocketmq_checkpoint
+from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_valid, is_rocketmq_checkpoint
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
 from core.store_format import check_store_format
 from core.fileops import REAL_FILE_OPS
@@ -41,7 +41,8 @@ from core.store_files import AbortFile, StoreLock, read_pid
 KINDS = {  # kind: what it means, in report order
     "store_format": "a store format file the store cannot read (it refuses to open)",
     "segment_file": "CommitLog segment files of the wrong size, misnamed or missing",
-    "record_crc": "CommitLog records failing their body CRC",
+    "record_crc": "CommitLog records failing their CRC check (record CRC, or body CRC without one)",
+    "record_damaged": "damaged CommitLog bytes with intact records behind them (recovery quarantines them)",
     "record_corrupt": "CommitLog records whose lengths do not add up (recovery cuts the log there)",
     "record_offset": "CommitLog records whose PHYSICALOFFSET is not their position",
     "blank_size": "blank records not reaching their segment's end",
@@ -238,9 +239,9 @@ def _check_checkpoint(cfg, log, report) -> None:
         report.notes.append("the checkpoint is RocketMQ's (fields at 0..39, no CRC): recovery after an "
                             "abnormal exit scans from the oldest segment; the store writes its own at "
                             "its next start")
-    elif struct.unpack_from(">I", data, CRC_POS)[0] != checkpoint_crc(data):
-        report.add("checkpoint_torn", path, CRC_POS, "the CRC of bytes 0..79 does not match; recovery "
-                   "falls back to a scan from the oldest segment")
+    elif not checkpoint_valid(data):
+        report.add("checkpoint_torn", path, CRC_POS, "the CRC of bytes 0..79 does not match or bytes "
+                   "84..4095 are not zero; recovery falls back to a scan from the oldest segment")
     else:
         values = {name: struct.unpack_from(">q", data, pos)[0] for name, pos in FIELDS}
         for name, pos in ((n, p) for n, p in FIELDS if n.endswith("phy_offset") and values[n] > log.end):
@@ -286,6 +287,9 @@ def _recover(cfg, progress, actions: list) -> bool:
         return False
     actions.append(f"ran the {'abnormal' if rec.abnormal else 'normal'} recovery: scanned "
                    f"{rec.scanned_bytes} bytes from {rec.start_offset}; the log ends at {rec.end_offset}")
+    for q in rec.quarantined:
+        actions.append(f"quarantined the damaged bytes at {q.start} ({q.length} bytes: {q.reason}) "
+                       f"in {q.path}; the records after them are kept; reads refuse the damaged ones")
     return True
 
 

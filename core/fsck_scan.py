@@ -1,8 +1,11 @@
 """The scans behind `core.fsck.check`: the CommitLog, the consume queues and the index, read-only.
 
 The CommitLog scan (`LogScan`) maps each segment PROT_READ and checks that every record from the
-first segment parses, passes its body CRC and holds its position in PHYSICALOFFSET, that blanks
-reach their segment's end and that only zeros follow the end of the log; it keeps each record's
+first segment parses, passes its CRC check (the record CRC, or the body CRC of a record without
+one) and holds its position in PHYSICALOFFSET, that blanks reach their segment's end and that
+only zeros follow the end of the log. A damaged record with intact records behind it is
+reported (`record_damaged`: recovery quarantines it and keeps the rest, `core.quarantine`) and
+the scan goes on at the next intact record, as recovery does; it keeps each record's
 position, size, tag code, queue offset and queue, and looks its UNIQ_KEY and KEYS up through
 `IndexService.query_offset` (opened through `READ_ONLY`, a FileOps that refuses every change).
 `check_queues` checks every consume-queue entry from the queue's min to max offset against those
@@ -23,6 +26,7 @@ from array import array
 import numpy as np
 
 from core.codec import DispatchRequest, RecordCheck, check_record
+from core.quarantine import damage_reason_in, resync_in
 from core.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
 from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
@@ -119,9 +123,14 @@ class LogScan:
         good = _usable_files(files, self.size, self.report, "segment_file", 1)
         self.min = good[0][0] if good else 0
         ended = False
-        for off, path in good:
+        for i, (off, path) in enumerate(good):
             mapping = REAL_FILE_OPS.map_file(path, self.size, writable=False)
             try:
+                if ended and self._starts_intact(mapping.buf, off):
+                    self.report.add("record_damaged", good[i - 1][1], self.end,
+                                    f"damaged to the end of its segment ({off - self.end} bytes); the log "
+                                    f"goes on at {off}: recovery quarantines the damaged bytes")
+                    ended = False
                 end = self._after_end(mapping.buf, off, 0, path) if ended else self._walk(mapping.buf, off, path)
             finally:
                 mapping.close()
@@ -136,10 +145,23 @@ class LogScan:
         pos = mark = 0
         while True:
             req, length = check_record(buf, pos, self.size, True)
+            if req is RecordCheck.CORRUPT or req is RecordCheck.END:
+                resume = resync_in(buf, pos + 1, base, self.size, True) if pos + 8 < self.size else None
+                if resume is not None:
+                    if req is RecordCheck.CORRUPT and self._crc_failure(buf, base, pos, path, resume):
+                        pos = resume                 # reported as a record of its queue
+                    else:
+                        self.report.add("record_damaged", path, base + pos,
+                                        f"{damage_reason_in(buf, pos, base, self.size)}, "
+                                        f"{resume - pos} bytes; the log goes on at {base + resume}: "
+                                        f"recovery quarantines the damaged bytes")
+                        pos = resume
+                    if pos >= self.size:
+                        return None
+                    continue
             if req is RecordCheck.CORRUPT:
-                req = self._crc_failure(buf, base, pos, path)
-                if req is None:
-                    return base + pos
+                self._tail_damage(buf, base, pos, path)
+                return base + pos
             if isinstance(req, DispatchRequest):
                 self._record(req, base + pos, path)
                 pos += length
@@ -161,15 +183,30 @@ class LogScan:
                             f"log ({self.end if pos == 0 else base + pos}); recovery drops them")
         return base + pos
 
-    def _crc_failure(self, buf, base: int, pos: int, path: str):
+    def _tail_damage(self, buf, base: int, pos: int, path: str) -> None:
+        """Report the damaged last record of the log (nothing intact behind it)."""
         req, _ = check_record(buf, pos, self.size, False)
-        if isinstance(req, DispatchRequest):
+        what = f"{req.topic}-{req.queue_id} queue offset {req.consume_queue_offset}, " \
+            f"{req.msg_size} bytes: CRC mismatch" if isinstance(req, DispatchRequest) else \
+            "a record is framed here but its fields do not add up"
+        self.report.add("record_crc" if isinstance(req, DispatchRequest) else "record_corrupt", path,
+                        base + pos, f"{what}; nothing intact follows: recovery cuts the log here")
+
+    def _starts_intact(self, buf, base: int) -> bool:
+        """Whether the segment starts with an intact record (after a damaged end of the last)."""
+        return resync_in(buf, 0, base, self.size, True) == 0
+
+    def _crc_failure(self, buf, base: int, pos: int, path: str, resume: int) -> bool:
+        """Report a framed record that fails its CRC as one of its queue (its entry is checked
+        against it), when a parse without CRC gives its fields and it ends at `resume`."""
+        req, length = check_record(buf, pos, self.size, False)
+        if isinstance(req, DispatchRequest) and pos + length == resume:
             self.report.add("record_crc", path, base + pos, f"{req.topic}-{req.queue_id} queue offset "
-                            f"{req.consume_queue_offset}, {req.msg_size} bytes: body CRC mismatch")
-            return req
-        self.report.add("record_corrupt", path, base + pos, "a record is framed here but its fields "
-                        "do not add up; for recovery the log ends here")
-        return None
+                            f"{req.consume_queue_offset}, {req.msg_size} bytes: CRC mismatch; reads "
+                            f"refuse it, a recovery that scans it quarantines it")
+            self._record(req, base + pos, path)
+            return True
+        return False
 
     def _record(self, req: DispatchRequest, at: int, path: str) -> None:
         if req.commit_log_offset != at:

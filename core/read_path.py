@@ -1,18 +1,28 @@
 """`StoreReader`: the read operations of the store (DESIGN.md section 6): pulls from a consume
 queue with tag filter and RocketMQ's batch limits, lookups by physical offset and message id,
 queries through the index, and offset-by-time.
+
+No read serves a damaged record (`core.read_check`): a pull checks each record against its
+consume-queue entry and its CRC and stops before the first that fails; a pull that starts at
+one answers MESSAGE_DAMAGED with the reason and the offset after it, so that a consumer goes on
+past it knowingly. A lookup or a query returns nothing for a damaged record. Each refusal is
+counted and logged (`damage`).
 """
 from __future__ import annotations
 
 import os
 
+from core.codec import MAGIC_V1, MAGIC_V2
 from core.decode import decode_message
 from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.message import decode_message_id
+from core.read_check import DamageLog, check_run, record_problem
+from core.record_crc import crc_mode
 from core.status import GetMessageResult, GetMessageStatus, QueryMessageResult
 from core.subscription import subscription_codes
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024
+_MAGICS = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 
 
 def _total_memory() -> int:
@@ -89,6 +99,8 @@ class StoreReader:
         self.index_service = index_service
         self.memory_window = _total_memory() * config.access_message_in_memory_max_ratio // 100
         self.correct = corrects_offsets(config)
+        self.check_crc = crc_mode(config)
+        self.damage = DamageLog()
 
     # -- pulls ---------------------------------------------------------------------------
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None) -> GetMessageResult:
@@ -104,7 +116,7 @@ class StoreReader:
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
             return self.found_null(cq, offset, lo, hi)
-        return self._collect(raw, offset, max_msgs, tag_filter, lo, hi)
+        return self._collect(raw, offset, max_msgs, tag_filter, lo, hi, cq)
 
     def found_null(self, cq, offset, lo, hi) -> GetMessageResult:
         """OFFSET_FOUND_NULL: `offset` is inside [lo, hi) but its consume-queue file is gone;
@@ -112,12 +124,14 @@ class StoreReader:
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
                                 cq.roll_next_file(offset) if self.correct else offset, lo, hi)
 
-    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> GetMessageResult:
+    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi, cq) -> GetMessageResult:
         codes = subscription_codes(tag_filter)
+        topic_b, queue_id, check_crc = cq.topic.encode("utf-8"), cq.queue_id, self.check_crc
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
         buffers, offsets = result.buffers, result.queue_offsets
         near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
         seg = _SegmentReader(self.commitlog.queue)
+        chosen, sizes = [], []
         count = total = scanned = 0
         try:
             for phys, size, tags in ENTRY.iter_unpack(raw):
@@ -144,14 +158,33 @@ class StoreReader:
                         continue
                 buffers.append(bytes(seg.buf[pos:pos + size]))
                 offsets.append(offset + scanned - 1)
+                chosen.append(phys)
+                sizes.append(size)
                 count += 1
                 total += size
         finally:
             seg.close()
+        result.next_begin_offset = offset + scanned
         if count:
             result.status = GetMessageStatus.FOUND
-        result.next_begin_offset = offset + scanned
+            damaged = check_run(b"".join(buffers), sizes, chosen, topic_b, queue_id, offsets, check_crc)
+            if damaged is not None:
+                self._stop_before(result, damaged, chosen, cq)
         return result
+
+    def _stop_before(self, result, damaged, phys, cq) -> None:
+        """Cut `result` before its record number `i`, which is damaged: the next pull starts at
+        it; or, when it is the first, answer MESSAGE_DAMAGED with the reason, the next pull
+        starting after it."""
+        i, why = damaged
+        offsets = result.queue_offsets
+        if i:
+            result.next_begin_offset = offsets[i]
+        else:
+            result.status = GetMessageStatus.MESSAGE_DAMAGED
+            result.next_begin_offset = offsets[0] + 1
+            result.reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
+        del result.buffers[i:], offsets[i:]
 
     def _batch_limits(self, max_msgs) -> tuple:
         """(near, count and bytes limits in memory, in disk): a record at or past `near` counts
@@ -167,6 +200,11 @@ class StoreReader:
     def look_message_by_offset(self, phys: int, size: int | None = None):
         rec = self.commitlog.read(phys, size) if size else self.commitlog.look_record(phys)
         if rec is None:
+            return None
+        why = record_problem(rec, 0, len(rec), phys, check_crc=self.check_crc)
+        if why is not None:
+            if len(rec) >= 8 and rec[4:8] in _MAGICS:            # a record, damaged: say so
+                self.damage.note("lookup", phys, why)
             return None
         try:
             msg = decode_message(rec)

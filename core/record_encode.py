@@ -11,7 +11,8 @@ The common message (a bytes-like body, a topic seen before, properties joined by
 `core.codec._properties_string`, a known born host) is encoded in one pass here. Anything else, and anything
 the store might refuse, goes through `core.codec.prepare_record`, whose checks and statuses
 are the reference; this module never refuses a message by itself. Tests hold the two paths
-to byte equality.
+to byte equality. With `prop_crc` the record ends in the CRC reserve (`core.record_crc`),
+digits zero: the append seals it once the position fields are set.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import struct
 
 from core.codec import (
     _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
-    _properties_string, is_body, prepare_record, write_record,
+    _properties_string, is_body, prepare_record, with_reserve, write_record,
 )
 from core.crc import crc32
 from core.message import PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
@@ -31,7 +32,7 @@ STORE_TIMESTAMP = struct.Struct(">q")     # at 56, or 68 after an IPv6 born host
 _ENDS: dict = {}                          # (TAGS, KEYS) -> _end_of(TAGS, KEYS)
 
 
-def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
+def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc: bool = False):
     """(record bytes, topic, queue id, sys flag) of `msg`, its position fields zero; or the
     PutMessageStatus refusing it (decided by `prepare_record`).
 
@@ -45,7 +46,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         if (body.__class__ is not bytes and not is_body(body)) or not head \
                 or queue_id.__class__ is not int or not 0 <= queue_id < 0x80000000 \
                 or len(body) > max_message_size:
-            return _general(msg, max_message_size, store_host_bytes)
+            return _general(msg, max_message_size, store_host_bytes, prop_crc)
         props = msg.properties
         end = _ENDS.get((msg.tags, msg.keys)) or _end_of(msg.tags, msg.keys)
         if props and end and PROPERTY_TAGS not in props and PROPERTY_KEYS not in props:
@@ -54,13 +55,15 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         else:
             s, n, tags, _ = _properties_string(msg)
             if tags and tags.__class__ is not str:            # prepare_record refuses its tag code
-                return _general(msg, max_message_size, store_host_bytes)
+                return _general(msg, max_message_size, store_host_bytes, prop_crc)
         props_b = s.encode("utf-8")
+        if prop_crc:
+            props_b = with_reserve(props_b)
         born = _HOSTS.get(msg.born_host)
         sys_flag = msg.sys_flag
         if len(props_b) > MAX_PROPERTIES_BYTES or n + n != s.count("\x01") + s.count("\x02") \
                 or born is None or sys_flag.__class__ is not int:
-            return _general(msg, max_message_size, store_host_bytes)
+            return _general(msg, max_message_size, store_host_bytes, prop_crc)
         born, born_v6 = born
         store_v6 = len(store_host_bytes) == 20
         sys_flag = sys_flag & _HOST_BITS | (SYSFLAG_BORNHOST_V6 if born_v6 else 0) \
@@ -68,7 +71,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         body_len = len(body)
         size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
         if size > max_message_size + TOTAL_SIZE_SLACK:
-            return _general(msg, max_message_size, store_host_bytes)
+            return _general(msg, max_message_size, store_host_bytes, prop_crc)
         header = _HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
             size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sys_flag,
             msg.born_timestamp, born, 0, store_host_bytes, msg.reconsume_times,
@@ -76,7 +79,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes):
         return (b"".join((header, body, head, _I16.pack(len(props_b)), props_b)), topic, queue_id,
                 sys_flag)
     except (TypeError, ValueError, AttributeError, LookupError, struct.error):
-        return _general(msg, max_message_size, store_host_bytes)
+        return _general(msg, max_message_size, store_host_bytes, prop_crc)
 
 
 def _end_of(tags, keys):
@@ -92,9 +95,9 @@ def _end_of(tags, keys):
     return end
 
 
-def _general(msg, max_message_size: int, store_host_bytes: bytes):
+def _general(msg, max_message_size: int, store_host_bytes: bytes, prop_crc: bool):
     """`encode_record` by way of `prepare_record`, for any message."""
-    return encode_prepared(prepare_record(msg, max_message_size, store_host_bytes))
+    return encode_prepared(prepare_record(msg, max_message_size, store_host_bytes, prop_crc))
 
 
 def encode_prepared(rec):
@@ -102,5 +105,5 @@ def encode_prepared(rec):
     if rec.__class__ is PutMessageStatus:
         return rec
     data = bytearray(rec.size)
-    write_record(data, 0, rec, 0, 0, 0)
+    write_record(data, 0, rec, 0, 0, 0, sealed=False)      # sealed once appended
     return bytes(data), rec.topic, rec.queue_id, rec.sys_flag

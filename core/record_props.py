@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from core.hashing import tags_code
+from core.record_crc import strip
 
 # The properties dispatch reads, each "\x02NAME\x01value" with a non-empty value; taken into
 # a dict in order, so the last one wins, as in core.message.string_to_properties.
@@ -77,7 +78,7 @@ def _cut(raw: bytes) -> tuple[int, int, tuple | None] | None:
 def uniq_span(raw: bytes) -> tuple[int, int]:
     """Where `properties` takes the UNIQ_KEY value of `raw` from, as [a, b); (0, 0) when it
     reads `raw` without cutting a value out (no UNIQ_KEY, or one it parses whole)."""
-    cut = _cut(raw)
+    cut = _cut(strip(raw))
     return (0, 0) if cut is None else cut[:2]
 
 
@@ -86,7 +87,9 @@ def properties(raw: bytes) -> tuple | None:
     the cache: the first UNIQ_KEY value (when it starts a property) is cut out and the rest,
     the template, is parsed once. Its value stands unless the template holds a later non-empty
     UNIQ_KEY, which would win (then `raw` is parsed whole). The cuts fall on ASCII bytes, so
-    `raw` is UTF-8 exactly when the template and value are."""
+    `raw` is UTF-8 exactly when the template and value are. The CRC property at the end (its
+    digits differ in every record) is left out first."""
+    raw = strip(raw)
     cut = _cut(raw)
     if cut is None:
         return _memo(PROPS, raw, _parse_properties) if raw.find(_UNIQ) < 0 else _parse_properties(raw)

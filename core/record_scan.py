@@ -21,6 +21,10 @@ need a step per record, or none when the tails are alike but for the UNIQ_KEY va
 Anything else (IPv6 hosts, version 2 records, a record that fails any fast check) goes
 through `core.codec.check_record`, so all paths accept and refuse exactly the same records.
 Topics and properties are parsed through the caches of `core.record_props`.
+
+Records with the whole-record CRC property (`core.record_crc`) are checked with it instead of
+the body CRC when the scan checks CRCs; their tails are alike but for the UNIQ_KEY value and the
+ten CRC digits, and a run's digits are read in one numpy step (`run_crcs_ok`).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from core.codec import (
 )
 from core.crc import crc32
 from core.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.record_crc import CRC32_RESERVED_LEN, FORCED, LABEL, run_crcs_ok, verify
 from core.record_props import PROPS, TOPICS, properties, topic_of, uniq_span
 from core.scan_batch import Run, ScanBatch
 
@@ -148,7 +153,8 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
     view = memoryview(buf) if check_crc else None
     try:
         for pos, t, stop, body_crc in zip(starts, tpos, (s + t for s, t in zip(starts, size)), crc):
-            if check_crc and body_crc32(view[pos + _HEAD_SIZE:t]) & 0x7FFFFFFF != body_crc:
+            if check_crc and not verify(buf, pos, stop - pos, check_crc, lambda: body_crc32(
+                    view[pos + _HEAD_SIZE:t]) & 0x7FFFFFFF == body_crc):
                 break
             tail = buf[t:stop]
             if tail.__class__ is not bytes:
@@ -218,28 +224,45 @@ def _take_uniform(buf, starts: list[int], tpos: list[int], header: tuple, check_
 
     def body_crcs():
         return crc32_spans(buf, [s + _HEAD_SIZE for s in starts], tpos, len(starts))
-    return _take_alike(rows, first, columns, body_crcs, check_crc, out)
+
+    def record_crcs_ok():
+        return run_crcs_ok(buf, starts, size[0], check_crc) if size.count(size[0]) == len(size) \
+            else None
+    return _take_alike(rows, first, columns, body_crcs, check_crc, out, record_crcs_ok)
 
 
 def _take_alike(rows, first: tuple, header, body_crcs, check_crc: bool,
-                out: ScanBatch) -> int | None:
+                out: ScanBatch, record_crcs_ok) -> int | None:
     """Append a `Run` of records whose tails are the rows of `rows` (the first one parsed as
     `first`), when every row equals the first outside the UNIQ_KEY value and the values are
     ASCII without a separator: compared in one numpy step, parsed once, the values kept as a
     matrix. None when they are not all alike; else how many leading records pass their CRC
     (all of them, mostly). `header` holds the records' header columns (phys, size, queue id,
     queue offset, store time, sys flag, body CRC; arrays or structured fields) and
-    `body_crcs()` computes the CRCs of their bodies (with check_crc only)."""
-    _, topic, parsed, a, b = first
+    `body_crcs()` computes the CRCs of their bodies, `record_crcs_ok()` whether each record
+    passes its record CRC (None when they are not all of one size) (with check_crc only).
+    Records with the CRC property differ in its digits too, which are not compared."""
+    tail, topic, parsed, a, b = first
     n = len(rows)
     ref = rows[0]
     values = rows[:, a:b]
-    if not ((rows[:, :a] == ref[:a]).all() and (rows[:, b:] == ref[b:]).all()) \
-            or (values >= 0x80).any() or (values == 2).any():
+    sealed = tail[-CRC32_RESERVED_LEN:-11] == LABEL
+    stop = rows.shape[1] - 11 if sealed else rows.shape[1]
+    if not ((rows[:, :a] == ref[:a]).all() and (rows[:, b:stop] == ref[b:stop]).all()) \
+            or (values >= 0x80).any() or (values == 2).any() \
+            or (sealed and (rows[:, -1] != 2).any()):
         return None
     taken = n
     if check_crc:
-        bad = np.flatnonzero((body_crcs() & 0x7FFFFFFF) != header[6])
+        if sealed:
+            ok = record_crcs_ok()
+            if ok is None:
+                return None
+            bad = np.flatnonzero(~ok)
+        elif check_crc == FORCED:
+            return None
+        else:
+            bad = np.flatnonzero((body_crcs() & 0x7FFFFFFF) != header[6])
         taken = int(bad[0]) if len(bad) else n
     if taken:
         phys, size, queue_id, queue_offset, store_ts, sys_flag = (
@@ -285,7 +308,10 @@ def _take_strided(buf, pos: int, end: int, base: int, check_crc: bool, out: Scan
         return crc32_spans(buf, starts, range(t0, t0 + n * total, total), n)
     header = (head["phys"], np.full(n, total, np.int64), head["queue_id"], head["queue_offset"],
               head["store_ts"], head["sys_flag"], head["crc"])
-    taken = _take_alike(rows, first, header, body_crcs, check_crc, out)
+
+    def record_crcs_ok():
+        return run_crcs_ok(buf, range(pos, pos + n * total, total), total, check_crc)
+    taken = _take_alike(rows, first, header, body_crcs, check_crc, out, record_crcs_ok)
     del rows, head, header
     return (taken or 0) * total
 

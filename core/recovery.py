@@ -7,20 +7,30 @@ dispatched offset), re-dispatch every valid record from there, and stop at the f
 one. Both then cut the CommitLog, the consume queues and the index at the end durably, and
 rebuild the topic-queue table. A torn checkpoint falls back to a scan from the oldest segment.
 
+Damage is not the end of the log (integrity, beyond RocketMQ): where the scan stops at a record
+that fails its check, `core.quarantine.next_record` looks on for the next intact record that lies
+where it says; when there is one, the damaged range is copied to `quarantine/` with a report
+(`RecoveryReport.quarantined`, a WARNING each), left in place (reads refuse it) and the scan goes
+on behind it, so that no intact record is cut away. Under abnormal recovery a damaged record
+whose queue can still be read from it (the damage is elsewhere) gets its consume-queue entry,
+so that a pull answers MESSAGE_DAMAGED there instead of skipping it silently. Only a damaged
+record with nothing intact behind it (a torn tail, never acknowledged) is cut.
+
 What the cut drops is counted first (records framed after the end: size and magic code in
-place): a record that fails its check with more records behind it (a flipped byte, not a torn
-tail) is logged as a WARNING naming the offset and how many records and bytes go, as RocketMQ
-logs its failed CRC check; a torn last record is an INFO line.
+place) and logged: an INFO line for a torn last record, a WARNING if more than one.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.codec import (
     MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, DispatchRequest, check_record, read_i32,
 )
 from core.dispatch import Dispatcher
+from core.quarantine import Quarantined, damage_reason, keep, next_record
+from core.queue_check import damaged_queues
+from core.record_crc import crc_mode
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +44,8 @@ class RecoveryReport:
     checkpoint_valid: bool = True
     dropped_records: int = 0          # framed records at and after end_offset that were cut
     dropped_bytes: int = 0
+    quarantined: list = field(default_factory=list)     # Quarantined ranges the scan went past
+    queues_rewritten: list = field(default_factory=list)  # (topic, queue id) with a damaged entry
 
 
 def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_exit_ok: bool,
@@ -45,8 +57,9 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     the log may end before the last segment does.
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
-    cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
     files = commitlog.queue.files
+    redo = damaged_queues(cq_store, commitlog.get_max_offset()) if files else {}
+    cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
     if not files:
         cq_store.destroy()
         if index_service is not None:
@@ -68,8 +81,11 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
             progress(offset - start, total)
 
     dispatcher = Dispatcher(commitlog, cq_store, index_service)
-    end, _ = dispatcher.run(start, limit, check_crc=config.check_crc_on_recover,
-                            progress=on_progress, apply=not last_exit_ok)
+    check_crc = crc_mode(config) if config.check_crc_on_recover else False
+    durable = limit if last_exit_ok else (checkpoint.flushed_phy_offset if checkpoint.valid else 0)
+    end = _dispatch_through(dispatcher, commitlog, start, limit, check_crc, on_progress,
+                            not last_exit_ok, durable, lambda at, resume: report.quarantined.append(
+                                _quarantine(commitlog, cq_store, config, at, resume, not last_exit_ok)))
     report.end_offset = end
     report.scanned_bytes = end - start
     if progress is not None:
@@ -82,9 +98,67 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     elif report.dropped_records:
         log.info("recovery cut an incomplete last record at %d (%d bytes)", end, report.dropped_bytes)
     truncate_all(commitlog, cq_store, index_service, end)
+    if redo:                                   # queues with a damaged entry: from the CommitLog
+        _dispatch_through(dispatcher, commitlog, min(redo.values()), end, check_crc, None, True,
+                          end, lambda at, resume: None)
+        rebuild_topic_queue_table(commitlog, cq_store)
+        report.queues_rewritten = sorted(redo)
     log.info("recovery (%s) scanned %d bytes from %d; log ends at %d",
              "abnormal" if report.abnormal else "normal", end - start, start, end)
     return report
+
+
+def _dispatch_through(dispatcher, commitlog, start: int, limit: int, check_crc, progress,
+                      apply: bool, durable: int, on_damage) -> int:
+    """Dispatch (or, without `apply`, check) the log from `start`, going on past each damaged
+    range below `durable` that has an intact record behind it (`on_damage(at, resume)` for
+    each); return the log's end: where the last run stopped with nothing intact behind, or
+    with damage at or past `durable`. Below `durable` (all of the log after a clean stop, the
+    checkpoint's flushed offset after a crash) bytes were on disk: damage there is damage. Past
+    it, a power cut can leave any page of the unflushed tail unwritten (zeros with written
+    pages after them): that is the torn tail, cut as RocketMQ cuts it."""
+    at = start
+    while True:
+        end, _ = dispatcher.run(at, limit, check_crc=check_crc, progress=progress, apply=apply)
+        resume = next_record(commitlog.queue, commitlog.file_size, end, check_crc) \
+            if end < min(limit, durable) else None
+        if resume is None:
+            return end
+        on_damage(end, resume)
+        at = resume
+
+
+def _quarantine(commitlog, cq_store, config, start: int, resume: int, abnormal: bool) -> Quarantined:
+    """Keep the damaged range [start, resume) aside (`core.quarantine.keep`): the scan goes on
+    at `resume`. Under abnormal recovery the damaged record's consume-queue entry is written
+    when its queue can be read from it and the entry is the queue's next."""
+    queue, file_size = commitlog.queue, commitlog.file_size
+    stop = min(resume, queue.find_mapped_file_by_offset(start).file_from_offset + file_size)
+    reason = damage_reason(queue, start, file_size)
+    kept = keep(queue, queue.fileops, config.quarantine_dir, start, stop, reason, file_size, resume)
+    log.warning("recovery: the record at %d is damaged (%s); %d bytes quarantined in %s, the log "
+                "goes on at %d", start, reason, stop - start, kept.path, resume)
+    if abnormal:
+        _enter_damaged(commitlog, cq_store, start, stop)
+    return kept
+
+
+def _enter_damaged(commitlog, cq_store, start: int, stop: int) -> None:
+    """The consume-queue entry of the damaged record at `start`, when a parse without CRC
+    gives its topic, queue and queue offset, and that offset is the queue's next."""
+    mf = commitlog.queue.find_mapped_file_by_offset(start)
+    buf = commitlog.queue.hold(mf)
+    if buf is None:
+        return
+    try:
+        req, size = check_record(buf, start - mf.file_from_offset, commitlog.file_size, False)
+    finally:
+        mf.release()
+    if req.__class__ is not DispatchRequest or start + size > stop:
+        return
+    cq = cq_store.find(req.topic, req.queue_id)
+    if cq is not None and cq.get_max_offset_in_queue() == req.consume_queue_offset:
+        cq.put_message_position_info(start, size, req.tags_code, req.consume_queue_offset)
 
 
 def framed_after(queue, file_size: int, end: int) -> tuple[int, int]:

@@ -53,6 +53,9 @@ class GetMessageStatus(enum.StrEnum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    # Ours (integrity, DESIGN.md section 7): the record at next_begin_offset - 1 is damaged and
+    # was not served; `reason` says how. The pull goes on at next_begin_offset.
+    MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
 
 
 _STARTS: dict = {}      # id(record_sizes) -> (record_sizes, each record's offset from the first)
@@ -130,6 +133,7 @@ class GetMessageResult:
     buffers: list = field(default_factory=list)
     queue_offsets: list = field(default_factory=list)
     _messages: list | None = None
+    reason: str = ""             # with MESSAGE_DAMAGED: what is wrong with the record
 
     @property
     def messages(self) -> list:

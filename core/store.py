@@ -337,11 +337,12 @@ class MessageStore:
         shared = _batch_template(msgs)
         if shared is not None:
             recs = prepare_batch_records(shared[0], bodies, max_size,
-                                         self.commitlog.store_host_bytes, shared[1])
+                                         self.commitlog.store_host_bytes, shared[1],
+                                         prop_crc=self.commitlog.prop_crc)
         elif any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
             return PutMessageResult(S.MESSAGE_ILLEGAL)
         else:
-            recs = prepare_each(msgs, max_size, self.commitlog.store_host_bytes)
+            recs = prepare_each(msgs, max_size, self.commitlog.store_host_bytes, self.commitlog.prop_crc)
         if recs.__class__ is PutMessageStatus:
             return PutMessageResult(recs)
         return self._append(recs, first)

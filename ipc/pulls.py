@@ -235,7 +235,11 @@ class PullPipeline:
             st.retry_at = now + RETRY_S
             return
         if isinstance(nxt, int) and nxt != st.next_offset:
-            if status not in EMPTY_STATUSES and status != "NO_MATCHED_MESSAGE":
+            if status == "MESSAGE_DAMAGED":            # not served: the store says why
+                text = f"queue {st.queue_id} of {self.fields['topic']}: {env.get('reason')}"
+                self.report(text)
+                log.warning("%s; continuing at %s", text, nxt)
+            elif status not in EMPTY_STATUSES and status != "NO_MATCHED_MESSAGE":
                 log.info("queue %s of %s: %s at offset %s, continuing at %s",
                          st.queue_id, self.fields["topic"], status, st.next_offset, nxt)
             st.next_offset = nxt

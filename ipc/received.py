@@ -24,6 +24,7 @@ from core.message import (
     DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
 )
+from core.record_crc import strip
 from core.record_scan import like_run_length
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
@@ -69,7 +70,8 @@ class ReceivedMessage:
         topic = buf[p:p + topic_len].decode("utf-8")
         p += topic_len
         props_len = _I16.unpack_from(buf, p)[0]
-        props = string_to_properties(buf[p + 2:p + 2 + props_len].decode("utf-8")) if props_len > 0 else {}
+        props = string_to_properties(strip(buf[p + 2:p + 2 + props_len]).decode("utf-8")) \
+            if props_len > 0 else {}
         tags = props.pop(PROPERTY_TAGS, None)
         keys = props.pop(PROPERTY_KEYS, None)
         self._t = t = (topic, tags, keys, props)

@@ -484,11 +484,11 @@ class Appender(ServiceLoop):
         """The engine's prepared records of a request (of a single put: its record's bytes, as
         `encode_record` gives them), or the PutMessageStatus refusing it."""
         msgs = req.messages
-        max_size, host = self.max_size, self.store_host
+        max_size, host, crc = self.max_size, self.store_host, self.commitlog.prop_crc
         if req.bodies is not None:
             msgs[0].queue_id = qid
             return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block,
-                                         req.sizes)
+                                         req.sizes, crc)
         if not batch:                                         # one message: its record's bytes
             msgs[0].queue_id = qid
             if msgs[0].properties:
@@ -496,10 +496,10 @@ class Appender(ServiceLoop):
                 if stored.__class__ is PutMessageStatus:
                     return stored
                 msgs[0] = stored
-            return encode_record(msgs[0], max_size, host)
+            return encode_record(msgs[0], max_size, host, crc)
         for m in msgs:
             m.queue_id = qid
-        return prepare_each(msgs, max_size, host)
+        return prepare_each(msgs, max_size, host, crc)
 
     def _topics_changed(self) -> None:
         self.cb.set(Word.TOPICS_VERSION, self.cb.get(Word.TOPICS_VERSION) + 1)

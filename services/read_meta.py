@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 from core.codec import MAGIC_V1, MAGIC_V2, host_lengths
+from core.record_crc import strip
 from core.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, bytes_to_host,
     string_to_properties,
@@ -102,7 +103,7 @@ class MetaEncoder:
                 props_len = i16(chunk, p)[0]
                 p += 2
                 if props_len > 0:
-                    props = string_to_properties(str(chunk[p:p + props_len], "utf-8"))
+                    props = string_to_properties(str(strip(chunk[p:p + props_len]), "utf-8"))
                     p += props_len
                 else:
                     props = {}

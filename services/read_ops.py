@@ -20,6 +20,7 @@ import struct
 import time
 
 from core.message import decode_message_id
+from core.read_check import record_problem
 from core.status import GetMessageResult, GetMessageStatus
 from core.topics import topic_name_problem
 from ipc.control_block import Word
@@ -165,6 +166,8 @@ class ReadOps:
         env = {"rid": rid, "status": result.status.value,
                "next_begin_offset": result.next_begin_offset, "min_offset": result.min_offset,
                "max_offset": result.max_offset, "count": result.message_count}
+        if result.reason:
+            env["reason"] = result.reason
         chunks = getattr(result, "chunks", None)
         if req.raw:
             frame = result.raw() if chunks else b""
@@ -191,6 +194,10 @@ class ReadOps:
         """(record, metadata) of the whole record that starts at `phys` below CONFIRM, or None."""
         rec = self.commitlog.look_record(phys)
         if rec is None:
+            return None
+        why = record_problem(rec, 0, len(rec), phys, check_crc=self.store_reader.check_crc)
+        if why is not None:
+            self.store_reader.damage.note("lookup", phys, why)
             return None
         try:
             metas, _ = self.encoder.encode([rec])

@@ -16,6 +16,11 @@ A repeated pull (`repeat`, docs/PROTOCOL.md) is answered as the pulls in a row i
 merged into one answer. On the fast path the entries of several of those pulls are read and
 checked at once (each pull's share against the byte limit) and their records copied as
 longer runs; a pull the fast path cannot take runs on its own, through the general walk.
+
+Every record copied is checked before it is served (`core.read_check.check_run`, one numpy step
+and a CRC call per record for a run of one size): on the fast path a damaged record sends the
+pull to the general walk, which serves the records before it and stops there; a pull that
+starts at a damaged record answers MESSAGE_DAMAGED (core.read_path).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import numpy as np
 from core.codec import read_i32
 from core.consume_queue import BLANK_SIZE, ENTRY, ENTRY_DTYPE, UNIT_SIZE
 from core.decode import decode_message
+from core.read_check import check_run
 from core.read_path import MAX_PULL_MSG_SIZE, StoreReader, out_of_range
 from core.status import GetMessageResult, GetMessageStatus
 from core.subscription import subscription_codes
@@ -143,7 +149,7 @@ class BatchStoreReader(StoreReader):
         raw = cq.get_entries(offset, scan_units)
         if raw is None:
             return self.found_null(cq, offset, lo, hi), 1
-        return self._collect(raw, offset, max_msgs, tag_filter, lo, hi), 1
+        return self._collect(raw, offset, max_msgs, tag_filter, lo, hi, cq), 1
 
     def _plain_pull(self, cq, offset, max_msgs, lo, hi, views=False, repeat=1,
                     held=0) -> tuple[PullBatch, int] | None:
@@ -179,9 +185,13 @@ class BatchStoreReader(StoreReader):
         chunks, lost = _copy_runs(commitlog.queue, runs, views)
         if lost:
             return None
+        entries = _entries_struct(k).unpack_from(raw)
+        if _first_damaged(chunks, runs, entries[0::3], entries[1::3], range(offset, offset + k), cq,
+                          self.check_crc) is not None:
+            return None                              # the general walk says which and why
         return PullBatch(S.FOUND, offset + k, lo, hi, chunks=chunks, count=k), pulls
 
-    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi) -> PullBatch:
+    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi, cq) -> PullBatch:
         codes = subscription_codes(tag_filter)
         commitlog = self.commitlog
         end = commitlog.get_max_offset()
@@ -189,6 +199,7 @@ class BatchStoreReader(StoreReader):
         seg = commitlog.file_size
         near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
         runs = []
+        chosen_phys, chosen_sizes, chosen_offsets = [], [], []
         run_start = run_stop = -1
         run_n = count = total = scanned = 0
         removing = False
@@ -217,14 +228,33 @@ class BatchStoreReader(StoreReader):
                 run_start, run_stop, run_n = phys, phys + size, 1
             count += 1
             total += size
+            chosen_phys.append(phys)
+            chosen_sizes.append(size)
+            chosen_offsets.append(offset + scanned - 1)
         if run_n:
             runs.append((run_start, run_stop, run_n))
         chunks, lost = _copy_runs(commitlog.queue, runs)
         if lost:                                     # removed by retention meanwhile
             count -= lost
             removing = True
+        elif count:
+            damaged = _first_damaged(chunks, runs, chosen_phys, chosen_sizes, chosen_offsets, cq,
+                                     self.check_crc)
+            if damaged is not None:
+                return self._cut_before(damaged, chunks, chosen_phys, chosen_offsets, cq, lo, hi)
         status = S.FOUND if count else (S.MESSAGE_WAS_REMOVING if removing else S.NO_MATCHED_MESSAGE)
         return PullBatch(status, offset + scanned, lo, hi, chunks=chunks, count=count)
+
+    def _cut_before(self, damaged, chunks, phys, offsets, cq, lo, hi) -> PullBatch:
+        """The answer of a pull whose record number `i` (of those chosen) is damaged: the
+        records before it, FOUND, the next pull starting at it; or, when it is the first,
+        MESSAGE_DAMAGED with the reason, the next pull starting after it."""
+        i, chunk_i, cut, why = damaged
+        if i:
+            kept = chunks[:chunk_i] + ([chunks[chunk_i][:cut]] if cut else [])
+            return PullBatch(S.FOUND, offsets[i], lo, hi, chunks=kept, count=i)
+        reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
+        return PullBatch(S.MESSAGE_DAMAGED, offsets[0] + 1, lo, hi, reason=reason)
 
 
 def _plan_tuples(raw, k, per, held, end, low, seg, limit):
@@ -281,6 +311,23 @@ def _plan_arrays(raw, k, per, held, end, low, seg, limit):
     if (starts % seg + stops - starts > seg).any():
         return None                                  # a record across a segment end
     return list(zip(starts.tolist(), stops.tolist(), np.diff(bounds).tolist())), k, pulls
+
+
+def _first_damaged(chunks, runs, phys, sizes, offsets, cq, check_crc):
+    """The first damaged record of a pull's `chunks` (the copies of `runs`, records of `phys`,
+    `sizes` and queue `offsets` in order) as (its number, its chunk, where it starts in that
+    chunk, the reason); None when all pass."""
+    topic = cq.topic.encode("utf-8")
+    a = 0
+    for chunk_i, (chunk, (_, _, n)) in enumerate(zip(chunks, runs)):
+        b = a + n
+        sizes_ab = list(sizes[a:b])
+        found = check_run(chunk, sizes_ab, phys[a:b], topic, cq.queue_id, offsets[a:b], check_crc)
+        if found is not None:
+            j, why = found
+            return a + j, chunk_i, sum(sizes_ab[:j]), why
+        a = b
+    return None
 
 
 def _copy_runs(queue, runs, views: bool = False) -> tuple[list, int]:

@@ -78,6 +78,7 @@ class Reader(ServiceLoop):
         self.ops.register(self.handlers)
         self.ops.groups = GroupOps(name_field, self.ops.queue_count)
         self.ops.groups.register(self.handlers)
+        self._damage_reported = 0
         self._sync_bounds()
         self._swept_dispatched = -1
         self._next_sweep = 0.0
@@ -133,6 +134,15 @@ class Reader(ServiceLoop):
             self._rerun(self.holds.take_expired(now), final=True)
         self._advertise_holds()
         self.offsets.persist_if_due()
+        self._report_damage()
+
+    def _report_damage(self) -> None:
+        """A `stats` event with the records reads refused as damaged since the last one
+        (metric mqstore_damaged_reads; core.read_check logs each)."""
+        count = self.ops.store_reader.damage.count
+        if count != self._damage_reported:
+            self.emit("stats", damaged_reads=count - self._damage_reported)
+            self._damage_reported = count
 
     def _advertise_holds(self) -> None:
         """Tell reput how many pulls are held (PULLS_HELD): it publishes arrivals only then.

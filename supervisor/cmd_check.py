@@ -42,8 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--fix", action="store_true",
                         help="repair: run the store's recovery (as a start would), then rebuild "
                              "consume queues and index from the CommitLog if still wrong; refused "
-                             "while a store runs on the directory; the log is cut at the first "
-                             "invalid record recovery scans, as a start would cut it")
+                             "while a store runs on the directory; a damaged record with intact "
+                             "records behind it is quarantined (quarantine/), never a reason to cut "
+                             "them; only a torn last record is cut")
     return parser
 
 

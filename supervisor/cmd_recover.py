@@ -84,6 +84,9 @@ def describe(report, had_abort: bool) -> str:
     lines = [f"recovery: {how}", f"  checkpoint {ckpt}",
              f"  scanned {report.scanned_bytes} bytes of the CommitLog from offset {report.start_offset}; "
              f"the log ends at {report.end_offset}"]
+    for q in report.quarantined:
+        lines.append(f"  damaged bytes at {q.start} ({q.length} bytes: {q.reason}) quarantined in "
+                     f"{q.path}; the records after them are kept")
     if report.dropped_records > 1:
         lines.append(f"  the record at {report.end_offset} fails its check: it and "
                      f"{report.dropped_records - 1} records after it ({report.dropped_bytes} bytes) "

@@ -6,6 +6,8 @@ by prometheus-client's HTTP server on its own thread. It keeps:
   {topic: n}, "latency": {status: {bucket_ms: count}}, "latency_sum_ms": {status: ms}}`,
   counts since its previous event): puts and bytes per topic (counters) and the put latency
   histogram by status;
+- from the reader's `stats` events, `damaged_reads`: records reads refused as damaged
+  (counter mqstore_damaged_reads);
 - from any service's `stats` event, every other map named `<what>_latency` (the flusher's
   `flush_latency`, the committer's `commit_latency`, ...) as a histogram by service;
 - from the supervisor once a second (`update`): the control block's positions and lags and
@@ -103,6 +105,7 @@ class Metrics:
         self.registry.register(self)
         self._lock = threading.Lock()
         self._puts: dict[str, float] = {}
+        self._damaged = 0              # records reads refused as damaged (the reader's events)
         self._bytes: dict[str, float] = {}
         self._put_latency: dict[str, Series] = {}
         self._latency: dict[tuple[str, str], Series] = {}
@@ -144,6 +147,9 @@ class Metrics:
                     for topic, n in counts.items():
                         if _number(n) and n > 0:
                             into[str(topic)] = into.get(str(topic), 0) + n
+            damaged = event.get("damaged_reads")
+            if _number(damaged) and damaged > 0:
+                self._damaged += damaged
             by_status = event.get("latency")
             sums = event.get("latency_sum_ms")
             sums = sums if isinstance(sums, dict) else {}
@@ -177,7 +183,7 @@ class Metrics:
     # -- the collector -------------------------------------------------------------------
     def collect(self):
         with self._lock:
-            puts, nbytes = dict(self._puts), dict(self._bytes)
+            puts, nbytes, damaged = dict(self._puts), dict(self._bytes), self._damaged
             put_latency = {k: v.copy() for k, v in self._put_latency.items()}
             latency = {k: v.copy() for k, v in self._latency.items()}
             snap, disk = dict(self._snapshot), dict(self._disk)
@@ -188,6 +194,10 @@ class Metrics:
         c = CounterMetricFamily("mqstore_put_bytes", "Body bytes stored, by topic", labels=["topic"])
         for topic, n in sorted(nbytes.items()):
             c.add_metric([topic], n)
+        yield c
+        c = CounterMetricFamily("mqstore_damaged_reads", "Records a pull, query or lookup found "
+                                "damaged and did not serve")
+        c.add_metric([], damaged)
         yield c
         h = HistogramMetricFamily("mqstore_put_latency_seconds", "Put latency, by put status",
                                   labels=["status"])

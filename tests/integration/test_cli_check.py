@@ -125,21 +125,22 @@ def test_check_fix_repairs_and_exits_0(store):
     assert "fixed: 1 problems (checkpoint_torn)" in out.stdout and "result: clean" in out.stdout
 
 
-def test_check_fix_warns_when_its_cut_drops_records(store):
+def test_check_fix_keeps_the_records_behind_a_damaged_one(store):
     # Regression: a fix that cut 9,524 intact records after one damaged body printed "result:
-    # clean" and exited 0, with the loss only in a "done:" line of the report.
-    seg = os.path.join(store.commitlog_dir, sorted(os.listdir(store.commitlog_dir))[-1])
-    with open(seg, "r+b") as f:
-        data = f.read()
-        at = data.rindex(b"k245")                    # near the end of the log; before it,
-        at = data.rindex(b"t" * 10, 0, at)           # the body (a run of one letter) of an
-                                                     # earlier record, with records behind it
-        f.seek(at)
-        f.write(b"X")
+    # clean" and exited 0. Now nothing intact is cut: the damaged record is quarantined, and it
+    # stays a problem (its message is damaged), so the check still exits 1.
+    seg = os.path.join(store.commitlog_dir, sorted(os.listdir(store.commitlog_dir))[-2])
+    with open(seg, "r+b") as f:                      # a segment normal recovery scans:
+        f.seek(60)                                   # its first record's store timestamp
+        byte = f.read(1)[0]
+        f.seek(60)
+        f.write(bytes([byte ^ 4]))
+    before = mqstore("check", "--store", store.store_path_root_dir)
+    assert before.returncode == 1 and "record_crc" in before.stdout, before.stdout
     out = mqstore("check", "--fix", "--store", store.store_path_root_dir)
-    assert out.returncode == 0 and "result: clean" in out.stdout, out.stdout
-    assert "warning: recovery cut the log at" in out.stderr and "records" in out.stderr, out.stderr
-    assert "those messages are gone" in out.stderr
+    assert out.returncode == 1 and "quarantined the damaged bytes at" in out.stdout, out.stdout
+    assert "recovery cut the log" not in out.stderr, out.stderr
+    assert os.listdir(os.path.join(store.store_path_root_dir, "quarantine"))
 
 
 def test_recover_after_a_killed_writer(tmp_path):

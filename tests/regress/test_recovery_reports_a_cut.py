@@ -1,8 +1,9 @@
 """Regression: a start that cut the log at a record failing its check (one flipped body byte)
 dropped every intact record after it without a word: the supervisor printed only "recovery
-done: the log spans [0, X)" and no log file named the cut. Now the recovery report counts the
-records framed from the cut on and a WARNING names the offset, the records and the bytes; a
-torn last record (an ordinary crash tail) is not a warning."""
+done: the log spans [0, X)" and no log file named the cut. Now (issue 33) such a record is
+quarantined, not a cut: the records after it stay, the report lists it and a WARNING names its
+offset and where the copy is; a torn last record (an ordinary crash tail) is cut, and is not a
+warning."""
 import logging
 import os
 
@@ -45,13 +46,14 @@ def test_a_bad_record_with_records_behind_it_is_a_warning(tmp_path, caplog, abor
         st = open_store(cfg)
     try:
         report = st.recovery_report
-        assert report.end_offset == victim.wrote_offset
-        assert report.dropped_records == 10
-        assert report.dropped_bytes == appended[-1].wrote_offset + appended[-1].wrote_bytes - victim.wrote_offset
+        assert report.end_offset == appended[-1].wrote_offset + appended[-1].wrote_bytes
+        assert report.dropped_records == 0
+        assert [(q.start, q.length) for q in report.quarantined] == [(victim.wrote_offset, victim.wrote_bytes)]
     finally:
         st.shutdown()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(f"cut the log at {victim.wrote_offset}" in w and "9 records" in w for w in warnings), warnings
+    assert any(f"the record at {victim.wrote_offset} is damaged" in w and "quarantined" in w
+               for w in warnings), warnings
 
 
 def test_a_torn_last_record_is_not_a_warning(tmp_path, caplog):

@@ -55,15 +55,19 @@ key_sets = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(templates, st.lists(st.integers(0, 300), min_size=1, max_size=12), st.booleans(), key_sets,
-       st.sampled_from([200, 300, 4096]), st.integers(0, 1000), st.integers(0, 1 << 40))
-def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys, max_size, qoff, phys):
+       st.sampled_from([200, 300, 4096]), st.integers(0, 1000), st.integers(0, 1 << 40),
+       st.booleans())
+def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys, max_size, qoff, phys,
+                                                          crc):
+    """With and without the record CRC property (`crc`): the columns seal as write_record does."""
     bodies = [bytes([i % 251]) * (sizes[0] if same else n) for i, n in enumerate(sizes)]
     uniq = keys(len(bodies)) if keys else None
-    want = prepare_batch(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
-    got = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, uniq)
+    want = prepare_batch(copy.copy(msg), bodies, max_size, STORE_HOST, uniq, crc)
+    got = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, uniq, prop_crc=crc)
     block = as_key_block(uniq)
     if block is not None:                            # the same keys as one block: the same result
-        from_block = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, block)
+        from_block = prepare_batch_records(copy.copy(msg), bodies, max_size, STORE_HOST, block,
+                                           prop_crc=crc)
         if from_block.__class__ is PreparedBatch:
             assert write_columns(from_block, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)
         elif from_block.__class__ is list:
@@ -74,7 +78,7 @@ def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys,
         assert got is want
         return
     if got.__class__ is list:                        # record by record: the columns declined
-        assert prepare_columns(copy.copy(msg), bodies, max_size, STORE_HOST, uniq) is None
+        assert prepare_columns(copy.copy(msg), bodies, max_size, STORE_HOST, uniq, prop_crc=crc) is None
         return
     assert got.record_sizes == tuple(r.size for r in want)
     assert write_columns(got, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)

@@ -99,7 +99,9 @@ def test_golden_record_decodes():
     assert m.msg_id == create_message_id(bytes([10, 0, 0, 2]) + struct.pack(">i", 10911), 1106)
 
 
-def test_ten_golden_records_in_a_store_end_at_1580(store):
+def test_ten_golden_records_in_a_store_end_at_1580(tiny_config, open_store):
+    """RocketMQ's worked example, as RocketMQ writes it: without the CRC property."""
+    store = open_store(tiny_config(enabled_append_prop_crc=False))
     for i in range(10):
         r = store.put_message(golden_message())
         assert r.ok
@@ -107,6 +109,14 @@ def test_ten_golden_records_in_a_store_end_at_1580(store):
         assert r.append_result.wrote_bytes == 158
         assert r.append_result.logics_offset == i
     assert store.get_max_phy_offset() == 1580
+
+
+def test_ten_golden_records_with_the_record_crc_end_at_1780(store):
+    """Our default: each record 20 bytes longer, `__CRC32#` with its CRC (reference 2.12)."""
+    for i in range(10):
+        r = store.put_message(golden_message())
+        assert r.append_result.wrote_offset == 178 * i and r.append_result.wrote_bytes == 178
+    assert store.get_max_phy_offset() == 1780
 
 
 def test_record_size_formula():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import struct
 
+import zlib
+
 import pytest
 
 from core.codec import BLANK_SIZE, MAGIC_BLANK
@@ -27,6 +29,7 @@ def make_log(tiny_config):
     logs = []
 
     def make(pool=False, **overrides):
+        overrides.setdefault("enabled_append_prop_crc", False)   # RocketMQ's record sizes
         cfg = tiny_config(**overrides)
         log = CommitLog(cfg, REAL_FILE_OPS, pool=TransientStorePool(3, SEG) if pool else None)
         log.queue.load()
@@ -64,6 +67,20 @@ def test_appends_assign_offsets(make_log):
         b"y" * 10, 1, 102, r1.store_timestamp)
     host, phys = decode_message_id(r1.msg_id)
     assert host == ("127.0.0.1", 10911) and phys == 102
+
+
+def test_records_carry_the_record_crc_when_enabled(make_log):
+    """enabled_append_prop_crc: 20 bytes more per record, the property last, its CRC over the
+    record's bytes before it, as the position fields were set (reference 2.12)."""
+    log = make_log(enabled_append_prop_crc=True)
+    r0 = put(log, Message("A", b"x" * 10))
+    r1 = put_batch(log, [Message("A", b"y" * 10), Message("A", b"z" * 10)])
+    assert (r0.wrote_bytes, r1.record_sizes) == (122, (122, 122))
+    for phys in (0, 122, 244):
+        rec = log.look_record(phys)
+        assert rec[-20:-11] == b"__CRC32#\x01" and rec[-1:] == b"\x02"
+        assert int(rec[-11:-1][::-1]) == zlib.crc32(rec[:-20]) & 0x7FFFFFFF
+        assert decode_message(rec).properties == {}
 
 
 def test_store_host_comes_from_the_config(make_log):

@@ -215,13 +215,32 @@ def _damage_queue_offset(parts, phys: int, value: int) -> None:
         os.close(fd)
 
 
+@pytest.fixture
+def rocketmq_parts(tiny_config):
+    """`parts` writing records without the CRC property, as RocketMQ does by default: a header
+    flip then passes the body CRC, and dispatch alone must guard against it."""
+    p = Parts(tiny_config(enabled_append_prop_crc=False))
+    yield p
+    p.close()
+
+
+def test_the_record_crc_catches_a_damaged_queue_offset(parts):
+    res = [parts.put(Message("T", b"body %d" % i, queue_id=0)) for i in range(20)]
+    _damage_queue_offset(parts, res[19].wrote_offset, 19 + (1 << 12))
+    end = parts.log.get_max_offset()
+    assert parts.dispatcher.run(0, end, check_crc=True)[0] == res[19].wrote_offset
+    assert parts.cqs.find("T", 0).get_max_offset_in_queue() == 19
+
+
 @pytest.mark.parametrize("batch_records", [1, 1024])
-def test_a_damaged_queue_offset_is_not_entered_nor_filled_up_to(parts, monkeypatch, batch_records):
+def test_a_damaged_queue_offset_is_not_entered_nor_filled_up_to(rocketmq_parts, monkeypatch,
+                                                                 batch_records):
     """A record whose QUEUEOFFSET had a bit flipped (19 became 19 + 2^12) asks for an entry far
     past the queue's end. It is not entered, and no filler entries are written up to it (a
     flip in a higher byte asked for 2^28 of them: 5 GB); the queue goes on at the next record,
     with a filler entry where the damaged one stood."""
     import core.dispatch
+    parts = rocketmq_parts
     monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", batch_records)
     res = [parts.put(Message("T", b"body %d" % i, queue_id=0)) for i in range(20)]
     _damage_queue_offset(parts, res[19].wrote_offset, 19 + (1 << 12))

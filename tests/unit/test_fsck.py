@@ -23,6 +23,9 @@ TOPICS = ("T0", "T1", "T2")
 
 
 def tiny_config(root, **kw) -> StoreConfig:
+    """Records without the CRC property (as RocketMQ writes them) unless `kw` says otherwise:
+    the damage these tests make by hand is of the fields the body CRC does not cover."""
+    kw.setdefault("enabled_append_prop_crc", False)
     return StoreConfig(store_path_root_dir=str(root), mapped_file_size_commitlog=SEGMENT,
                        mapped_file_size_consume_queue=20 * 50, max_hash_slot_num=64,
                        max_index_num=512, **kw)

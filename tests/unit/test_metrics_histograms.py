@@ -64,3 +64,11 @@ def test_flush_latency_carries_its_sum_in_the_map():
     labels = (("operation", "flush"), ("service", "flusher"))
     assert [n for _, n in got[("bucket", labels)]] == [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2]
     assert got[("count", labels)] == 2 and math.isclose(got[("sum", labels)], 0.0031)
+
+
+def test_damaged_reads_are_counted():
+    m = Metrics(0)
+    for n in (2, 3, "x", -1):
+        m.handle({"event": "stats", "service": "reader", "damaged_reads": n})
+    text = generate_latest(m.registry).decode()
+    assert "mqstore_damaged_reads_total 5.0" in text

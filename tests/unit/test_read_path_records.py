@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from core.codec import encode_message
 from core.decode import LazyMessageExt
 from core.commitlog import CommitLog
@@ -82,11 +80,14 @@ def test_a_lookup_never_returns_a_record_whose_topic_is_not_utf8(store):
     assert store.look_message_by_offset(res[0].wrote_offset).keys == "k0"
     assert store.look_message_by_offset(res[1].wrote_offset) is None
     assert store.look_message_by_offset(res[1].wrote_offset, res[1].wrote_bytes) is None
-    msgs = store.get_message("g", "T", 0, 0, 32).messages  # a pull decodes such a record lazily:
-    assert msgs[1].body == b"m0001" * 40 and msgs[1].queue_offset == 1
-    with pytest.raises(ValueError):                    # its text raises when it is read
-        msgs[1].topic
-    assert msgs[2].topic == "T"
+    r = store.get_message("g", "T", 0, 0, 32)             # a pull stops before it
+    assert r.status is GetMessageStatus.FOUND and [m.keys for m in r.messages] == ["k0"]
+    assert r.next_begin_offset == 1
+    r = store.get_message("g", "T", 0, 1, 32)             # and, started at it, says so
+    assert r.status is GetMessageStatus.MESSAGE_DAMAGED and r.next_begin_offset == 2
+    assert "topic b'\\xff'" in r.reason and not r.buffers
+    assert [m.keys for m in store.get_message("g", "T", 0, 2, 32).messages] == ["k2"]
+    assert store.reader.damage.count >= 2
 
 
 def test_pulled_messages_equal_a_full_decode(store):
@@ -98,4 +99,5 @@ def test_pulled_messages_equal_a_full_decode(store):
         again = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=m.properties,
                         born_timestamp=m.born_timestamp, born_host=m.born_host,
                         store_host=m.store_host)
-        assert encode_message(again, m.queue_offset, m.commit_log_offset, m.store_timestamp) == rec
+        assert encode_message(again, m.queue_offset, m.commit_log_offset, m.store_timestamp,
+                              prop_crc=True) == rec

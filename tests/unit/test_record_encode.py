@@ -67,15 +67,17 @@ def messages(draw):
         prepared_transaction_offset=draw(mostly(int64, odd_ints)))
 
 
-def general(msg, max_size, store):
-    return encode_prepared(prepare_record(copy.copy(msg), max_size, store))
+def general(msg, max_size, store, crc=False):
+    return encode_prepared(prepare_record(copy.copy(msg), max_size, store, crc))
 
 
 @settings(max_examples=500, deadline=None)
-@given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]))
-def test_encode_record_equals_the_general_path(msg, max_size, store):
-    want = general(msg, max_size, store)          # also fills the topic and host caches
-    assert encode_record(msg, max_size, store) == want
+@given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]),
+       st.booleans())
+def test_encode_record_equals_the_general_path(msg, max_size, store, crc):
+    """With and without the record CRC reserve (`crc`)."""
+    want = general(msg, max_size, store, crc)     # also fills the topic and host caches
+    assert encode_record(msg, max_size, store, crc) == want
 
 
 def test_the_common_message_is_encoded_inline(monkeypatch):
@@ -135,7 +137,8 @@ def test_append_encoded_writes_what_append_writes(tmp_path, sys_flag):
             now = next(clock) * 1_000_000
             commitlog_module.time = type("T", (), {"time_ns": staticmethod(lambda: now)})
             ra = a.append(a.prepare(msg))
-            rb = b.append_encoded(*encode_record(msg, b.max_message_size, b.store_host_bytes))
+            rb = b.append_encoded(*encode_record(msg, b.max_message_size, b.store_host_bytes,
+                                                 b.prop_crc))
             assert (ra.status, ra.wrote_offset, ra.wrote_bytes, ra.store_timestamp, ra.msg_num,
                     ra.store_host, ra.record_sizes, ra.msg_id) == \
                    (rb.status, rb.wrote_offset, rb.wrote_bytes, rb.store_timestamp, rb.msg_num,
@@ -199,6 +202,6 @@ def test_append_message_packs_the_common_message_in_place(tmp_path, monkeypatch)
     monkeypatch.setattr("core.commitlog.encode_record", lambda *a: pytest.fail("took encode_record"))
     second = log.append_message(msg)
     assert (second.wrote_offset, second.logics_offset) == (first.wrote_bytes, 1)
-    assert log.read(second.wrote_offset, second.wrote_bytes)[84:] == \
-        log.read(first.wrote_offset, first.wrote_bytes)[84:]
+    assert log.read(second.wrote_offset, second.wrote_bytes)[84:-11] == \
+        log.read(first.wrote_offset, first.wrote_bytes)[84:-11]      # all but the CRC digits
     log.shutdown()

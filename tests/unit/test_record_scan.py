@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 
 import core.record_props as record_props
 import core.record_scan as record_scan
-from core.codec import DispatchRequest, RecordCheck, check_record, encode_message, write_blank
+from core.codec import (
+    DispatchRequest, RecordCheck, check_record, encode_message, with_reserve, write_blank,
+)
 from core.message import Message
+from core.record_crc import FORCED, seal
 from core.record_scan import ScanBatch, ScanEnd, scan_segment
 
 from tests.unit.test_codec_roundtrip import messages
@@ -63,14 +66,16 @@ def expected_scan(buf, check_crc):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(messages(), min_size=1, max_size=4), st.booleans(), st.data())
+@given(st.lists(messages(), min_size=1, max_size=4), st.sampled_from([False, True, FORCED]), st.data())
 def test_scan_agrees_with_check_record(msgs, check_crc, data):
     damage = data.draw(st.sampled_from(["none", "zero_tail", "flip", "misplace"]))
+    sealed = data.draw(st.booleans())                      # with the record CRC property
     misplaced = data.draw(st.integers(0, len(msgs) - 1)) if damage == "misplace" else -1
     records, pos = [], 0
     for i, m in enumerate(msgs):
         says = pos + 1 if i == misplaced else pos          # PHYSOFFSET not where it lies
-        rec = encode_message(m, queue_offset=i, phys_offset=says, store_timestamp=1000 + i)
+        rec = encode_message(m, queue_offset=i, phys_offset=says, store_timestamp=1000 + i,
+                             prop_crc=sealed)
         records.append(rec)
         pos += len(rec)
     buf = bytearray(b"".join(records) + bytes(16))
@@ -110,12 +115,17 @@ def test_the_last_non_empty_property_wins_as_in_the_reference_parse():
     assert out.strings()[1][0] == "b"
 
 
-def with_properties(body: bytes, props: bytes, phys: int) -> bytes:
-    """A v1 record whose property bytes are `props`, whatever they hold."""
+def with_properties(body: bytes, props: bytes, phys: int, sealed: bool = False) -> bytes:
+    """A v1 record whose property bytes are `props`, whatever they hold (followed by the
+    record CRC property, sealed, when `sealed`)."""
     rec = encode_message(Message("T", body), phys_offset=phys)
     assert rec.endswith(b"\x00\x00")                    # no properties
+    if sealed:
+        props = with_reserve(props)
     rec = rec[:-2] + len(props).to_bytes(2, "big") + props
-    return len(rec).to_bytes(4, "big") + rec[4:]
+    rec = bytearray(len(rec).to_bytes(4, "big") + rec[4:])
+    seal(rec, 0, len(rec))
+    return bytes(rec)
 
 
 # Fragments of property strings around UNIQ_KEY: separators in odd places, empty values,
@@ -209,7 +219,8 @@ def test_alike_records_stop_at_a_bad_crc_and_at_a_separator_inside_the_value():
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 40), st.lists(st.sampled_from([b"A", b"7", b"\x02", b"\x00", b"\xff", b"\x01"]),
                                     min_size=0, max_size=6),
-       st.booleans(), st.sampled_from(["none", "zero_tail", "flip", "misplace", "resize"]),
+       st.sampled_from([False, True, FORCED]),
+       st.sampled_from(["none", "zero_tail", "flip", "misplace", "resize"]),
        st.sampled_from([1, 3, 1 << 20]), st.integers(1, 64), st.data())
 def test_equal_records_back_to_back_scan_as_the_reference_does(count, odd, check_crc, damage,
                                                                numpy_min, max_records, data):
@@ -225,12 +236,14 @@ def test_equal_records_back_to_back_scan_as_the_reference_does(count, odd, check
     props = [(b"TAGS\x01t\x02UNIQ_KEY\x01" + v) if at_end else (b"UNIQ_KEY\x01" + v + b"\x02TAGS\x01t")
              for v in values]
     bodies = [b"body"] * count
+    sealed = data.draw(st.booleans())             # with the record CRC property
     if damage == "resize":
         bodies[data.draw(st.integers(0, count - 1))] = b"bodyX"
     records, pos = [], 0
     for i, (body, p) in enumerate(zip(bodies, props)):
-        rec = bytearray(with_properties(body, p, pos))
+        rec = bytearray(with_properties(body, p, pos, sealed))
         rec[12:16] = (i % 3).to_bytes(4, "big")   # queue id (not covered by the body CRC)
+        seal(rec, 0, len(rec))
         records.append(bytes(rec))
         pos += len(rec)
     buf = bytearray(b"".join(records) + bytes(16))

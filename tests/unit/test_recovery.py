@@ -267,7 +267,42 @@ def corrupt_in(cfg, workload, abnormal, pick, xor):
         body[i] ^= xor
         assume(zlib.crc32(bytes(body)) & 0x7FFFFFFF != zlib.crc32(victim.body) & 0x7FFFFFFF)
     corrupt(cfg, offset, xor)
-    reopen_and_check(cfg, records, start, abnormal)
+    if start >= records[-1].phys:                 # the last record: nothing intact behind it
+        reopen_and_check(cfg, records, start, abnormal)
+    else:
+        reopen_and_check_quarantined(cfg, records, start, abnormal)
+
+
+def reopen_and_check_quarantined(cfg, records, start: int, abnormal: bool) -> None:
+    """A damaged record (or blank) at `start` with records behind it: recovery quarantines it
+    and keeps every other record; a pull of it answers MESSAGE_DAMAGED; recovering again changes
+    nothing; `check` reports the damage."""
+    if abnormal:
+        open(cfg.abort_path, "w").close()
+    st = open_store(cfg)
+    try:
+        assert [q.start for q in st.recovery_report.quarantined] == [start]
+        assert os.path.exists(st.recovery_report.quarantined[0].path)
+        assert st.get_max_phy_offset() == records[-1].end
+        for r in records:
+            got = st.get_message("g", r.topic, r.queue_id, r.queue_offset, 1)
+            if r.phys == start:
+                assert got.status is GetMessageStatus.MESSAGE_DAMAGED and not got.buffers
+                assert st.look_message_by_offset(r.phys) is None
+            else:
+                assert got.status is GetMessageStatus.FOUND, (r, got.status)
+                m = got.messages[0]
+                assert (m.body, m.commit_log_offset, m.keys) == (r.body, r.phys, r.key)
+        first = snapshot(st)
+    finally:
+        st.shutdown()
+    st = open_store(cfg)
+    try:
+        assert snapshot(st) == first
+    finally:
+        st.shutdown()
+    report = fsck.check(cfg.store_path_root_dir)
+    assert not report.ok and any(p.offset == start for p in report.problems), report.format_text()
 
 
 flushes = st.sampled_from(["ASYNC_FLUSH", "SYNC_FLUSH"])

@@ -11,7 +11,8 @@ from core.message import Message
 
 def test_one_message_a_file_then_expired_files_go_ten_a_run(tiny_config, open_store):
     cfg = tiny_config(mapped_file_size_commitlog=128, mapped_file_size_consume_queue=128, max_index_num=8,
-                      max_hash_slot_num=100, flush_disk_type="SYNC_FLUSH", file_reserved_time=1)
+                      max_hash_slot_num=100, flush_disk_type="SYNC_FLUSH", file_reserved_time=1,
+                      enabled_append_prop_crc=False)   # RocketMQ's record sizes: 120 bytes
     assert cfg.mapped_file_size_consume_queue == 140
     store = open_store(cfg)
     for _ in range(55):

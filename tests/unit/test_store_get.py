@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from core.record_crc import CRC32_RESERVED_LEN
 from core.commitlog import now_ms
 from core.message import Message
 from core.status import GetMessageStatus
@@ -256,7 +257,7 @@ def test_reput_waits_for_flush_under_sync_flush(tiny_config, open_store):
         r = st.put_message(Message("FooBar", b"Once, there was a chance for me!", tags="TAG1",
                                    keys=str(1_700_000_000_000 + i), properties={"WAIT": "false"}))
         assert r.ok
-    assert st.get_max_phy_offset() == 10 * (158 + len("WAIT\x01false\x02"))
+    assert st.get_max_phy_offset() == 10 * (158 + len("WAIT\x01false\x02") + CRC32_RESERVED_LEN)
     assert st.commitlog.queue.flushed_where == 0
     assert st.get_confirm_offset() == st.commitlog.queue.flushed_where
     assert st.wait_for_dispatch()                      # caught up with the confirm offset

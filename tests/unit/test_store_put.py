@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from core import embedded_services
+from core.record_crc import CRC32_RESERVED_LEN
 from core.codec import MAGIC_BLANK
 from core.config import ConfigError
 from core.decode import decode_message
@@ -50,12 +51,14 @@ def test_write_and_read_ipv4_and_ipv6(store):
 def test_ipv6_store_host(tiny_config, open_store):
     store = open_store(tiny_config(store_host="[::1]:10911"))
     r = store.put_message(foobar(born_host=("::2", 1)))
-    assert r.ok and r.append_result.wrote_bytes == 158 + 24
+    assert r.ok and r.append_result.wrote_bytes == 158 + 24 + CRC32_RESERVED_LEN
     assert len(r.append_result.msg_id) == 56
     assert store.view_message_by_id(r.append_result.msg_id).body == BODY
 
 
-def test_ten_foobar_messages_end_at_1580(sync_store):
+def test_ten_foobar_messages_end_at_1580(tiny_config, open_store):
+    """RocketMQ's ReputMessageServiceTest sizes: records without the CRC property."""
+    sync_store = open_store(tiny_config(flush_disk_type="SYNC_FLUSH", enabled_append_prop_crc=False))
     for i in range(10):
         assert sync_store.put_message(foobar(i)).ok
     assert sync_store.get_max_phy_offset() == 1580
@@ -76,9 +79,10 @@ def test_put_long_message(big_store):
     assert st.put_message(Message("T", b"b" * (4096 + 65536))).status is S.MESSAGE_ILLEGAL
     assert st.put_message(Message("t" * 127, b"b")).status is S.PUT_OK
     assert st.put_message(Message("t" * 128, b"b")).status is S.MESSAGE_ILLEGAL
-    # "p" \x01 value \x02: 32767 and 32768 bytes.
-    assert st.put_message(Message("T", b"b", properties={"p": "v" * 32764})).status is S.PUT_OK
-    too_long = Message("T", b"b", properties={"p": "v" * 32765})
+    # "p" \x01 value \x02 and the CRC property: 32767 and 32768 bytes.
+    assert st.put_message(Message("T", b"b", properties={"p": "v" * (32764 - CRC32_RESERVED_LEN)})) \
+        .status is S.PUT_OK
+    too_long = Message("T", b"b", properties={"p": "v" * (32765 - CRC32_RESERVED_LEN)})
     assert st.put_message(too_long).status is S.PROPERTIES_SIZE_EXCEEDED
     assert st.put_message(Message("", b"b")).status is S.MESSAGE_ILLEGAL
 

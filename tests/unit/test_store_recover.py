@@ -259,7 +259,8 @@ def test_normal_recovery_checks_three_written_segments_not_the_one_made_ahead(ti
     victim = next(r for r in results if r.wrote_offset // SEG == last - 2 and r.wrote_offset % SEG)
     damage(cfg, victim.wrote_offset + 88 + 5, b"\xff")             # BODY starts at 88: its CRC fails
     st = open_store(cfg)
-    assert st.get_max_phy_offset() == victim.wrote_offset
+    assert [q.start for q in st.recovery_report.quarantined] == [victim.wrote_offset]  # it looked
+    assert st.get_max_phy_offset() == results[-1].next_offset       # and kept what follows
     assert st.look_message_by_offset(victim.wrote_offset) is None
 
 
@@ -302,3 +303,70 @@ def test_everything_cut_leaves_empty_queues(tiny_config, open_store):
     assert st.get_max_offset_in_queue("FooBar", 0) == 0
     assert st.get_message("g", "FooBar", 0, 0, 1).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     assert st.put_message(foobar(0)).append_result.logics_offset == 0
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+@pytest.mark.parametrize("where", [4, 40, 100])       # MAGIC, BORNTIMESTAMP, inside the body
+def test_a_damaged_record_is_quarantined_and_the_records_after_it_kept(tiny_config, open_store,
+                                                                       abnormal, where):
+    """One flipped bit in a record in the middle of the log (below what the checkpoint says was
+    flushed): recovery copies that record to quarantine/ with a report and keeps every record
+    after it (DESIGN.md section 7); a pull answers MESSAGE_DAMAGED there (with its entry) and
+    serves the rest."""
+    cfg = tiny_config()
+    st = open_store(cfg)
+    res = put_n(st, 200)                                       # several segments
+    assert st.wait_for_dispatch()
+    end = st.get_max_phy_offset()
+    st.shutdown()
+    victim = res[50]
+    with open(os.path.join(cfg.commitlog_dir, offset_to_file_name(victim.wrote_offset - victim.wrote_offset % SEG)),
+              "r+b") as f:
+        f.seek(victim.wrote_offset % SEG + where)
+        byte = f.read(1)[0]
+        f.seek(victim.wrote_offset % SEG + where)
+        f.write(bytes([byte ^ 0x10]))
+    if abnormal:
+        open(cfg.abort_path, "w").close()
+        cp = StoreCheckpoint(cfg.checkpoint_path, REAL_FILE_OPS)   # scan the whole log; all of
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0   # it is
+        cp.shutdown()                                               # flushed (flushed offset)
+    st = open_store(cfg)
+    report = st.recovery_report
+    assert st.get_max_phy_offset() == end
+    assert [(q.start, q.stop) for q in report.quarantined] == [
+        (victim.wrote_offset, victim.wrote_offset + victim.wrote_bytes)]
+    kept = report.quarantined[0].path
+    assert open(kept, "rb").read()[where] == byte ^ 0x10
+    assert "failed their check" in open(kept[:-4] + ".txt").read()
+    assert st.wait_for_dispatch()
+    assert st.get_max_offset_in_queue("FooBar", 0) == 200
+    got, offset, damaged = [], 0, []
+    while offset < 200:
+        r = st.get_message("g", "FooBar", 0, offset, 32)
+        if r.status is GetMessageStatus.MESSAGE_DAMAGED:
+            damaged.append(offset)
+        got += [m.keys for m in r.messages]
+        offset = r.next_begin_offset
+    assert got == ["key-%d" % i for i in range(200) if i != 50]
+    assert damaged == [50]            # the queue's entry stays (re-dispatch finds it there)
+    assert st.look_message_by_offset(victim.wrote_offset) is None
+
+
+def test_a_hole_past_the_flushed_offset_is_a_torn_tail(tiny_config, open_store):
+    """After a crash, what lies past the checkpoint's flushed offset may have reached the disk
+    page by page in any order: zeros there with written pages after them are the torn tail,
+    cut as before, never quarantined."""
+    cfg = tiny_config()
+    st = open_store(cfg)
+    res = put_n(st, 120)
+    st.shutdown()
+    hole = res[100]
+    cp = StoreCheckpoint(cfg.checkpoint_path, REAL_FILE_OPS)
+    cp.flushed_phy_offset = hole.wrote_offset                  # flushed up to the hole
+    cp.shutdown()
+    damage(cfg, hole.wrote_offset, bytes(hole.wrote_bytes))   # a page that never reached the disk
+    open(cfg.abort_path, "w").close()
+    st = open_store(cfg)
+    assert st.recovery_report.quarantined == []
+    assert st.get_max_phy_offset() == hole.wrote_offset
