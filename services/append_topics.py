@@ -1,9 +1,14 @@
-"""The appender's topic operations (docs/PROTOCOL.md, `create_topic` and `topic_info`): over
-the appender's `TopicTable` (config/topics.json, which the appender owns)."""
+"""The appender's topic operations (docs/PROTOCOL.md, `create_topic` and `topic_info`) and the
+creation of a round's new topics with one save: over the appender's `TopicTable`
+(config/topics.json, which the appender owns)."""
 from __future__ import annotations
 
+import logging
+
 from core.topics import is_system_topic, queue_count_problem, topic_name_problem
-from ipc.protocol import OK, ErrorCode, ProtocolError, error_reply, field, pack
+from ipc.protocol import OK, ErrorCode, ProtocolError, error_reply, field, pack, unpack
+
+log = logging.getLogger("mqstore.appender")
 
 
 def register_topic_ops(handlers, app) -> None:
@@ -44,3 +49,40 @@ def topic_info(app, env, frames, received):
     if queues is None:
         return error_reply(env.get("rid", 0), ErrorCode.NOT_FOUND, f"unknown topic {topic!r}")
     return [pack({"rid": env.get("rid", 0), "status": OK, "topic": topic, "queues": queues})]
+
+
+def create_new_topics(app, taken: list) -> None:
+    """Puts of appender `app`'s round (`taken`: (head, frames, received) per request) to several
+    new topics in one round create them with one save of topics.json
+    (each save writes the whole table: with thousands of topics created at once, one save
+    per topic kept the appender busy past its heartbeat, and it was killed). The topics
+    are those `_queue_for` would create: legal names, a queue id below the default count
+    or none. On an OSError nothing is kept, and each put then tries on its own and answers
+    as a single one does (SERVICE_NOT_AVAILABLE on a full disk)."""
+    if app._refusing():
+        return
+    default = app.config.default_topic_queue_nums
+    new = {}
+    for _, frames, _ in taken:
+        try:
+            env = unpack(frames[1].buffer)
+        except Exception:                        # malformed: its handler answers it
+            continue
+        if not isinstance(env, dict) or env.get("op") not in ("put", "put_batch"):
+            continue
+        topic, qid = env.get("topic"), env.get("queue_id")
+        if not isinstance(topic, str) or topic in app.topics or topic_name_problem(topic):
+            continue
+        if qid is not None and (qid.__class__ is not int or not 0 <= qid < default):
+            continue
+        new[topic] = 0
+    if len(new) < 2:
+        return
+    try:
+        app.topics.ensure_covers(new.items(), default)
+    except OSError as e:
+        for topic in new:
+            app.topics.topics.pop(topic, None)
+        log.error("cannot create %d new topics: %s", len(new), e)
+        return
+    app._topics_changed()

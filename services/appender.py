@@ -62,7 +62,7 @@ from services.append_pool import SharedPool
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
 from services.append_replica import ReplicaWait
-from services.append_topics import register_topic_ops
+from services.append_topics import create_new_topics, register_topic_ops
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -221,7 +221,7 @@ class Appender(ServiceLoop):
                 more = frame.more
             taken.append((head, frames, received))
         if len(taken) > 1:
-            self._create_new_topics(taken)
+            create_new_topics(self, taken)
         for head, frames, received in taken:
             self._identity = identity = head.bytes
             self._frames = frames
@@ -238,41 +238,6 @@ class Appender(ServiceLoop):
                 self._finish_group()             # publish WROTE, answer what is appended
                 self.outbox.send_to(identity, self._send)
                 self.round_counts[identity] = 0
-
-    def _create_new_topics(self, taken: list) -> None:
-        """Puts to several new topics in one round create them with one save of topics.json
-        (each save writes the whole table: with thousands of topics created at once, one save
-        per topic kept the appender busy past its heartbeat, and it was killed). The topics
-        are those `_queue_for` would create: legal names, a queue id below the default count
-        or none. On an OSError nothing is kept, and each put then tries on its own and answers
-        as a single one does (SERVICE_NOT_AVAILABLE on a full disk)."""
-        if self._refusing():
-            return
-        default = self.config.default_topic_queue_nums
-        new = {}
-        for _, frames, _ in taken:
-            try:
-                env = unpack(frames[1].buffer)
-            except Exception:                        # malformed: its handler answers it
-                continue
-            if not isinstance(env, dict) or env.get("op") not in ("put", "put_batch"):
-                continue
-            topic, qid = env.get("topic"), env.get("queue_id")
-            if not isinstance(topic, str) or topic in self.topics or topic_name_problem(topic):
-                continue
-            if qid is not None and (qid.__class__ is not int or not 0 <= qid < default):
-                continue
-            new[topic] = 0
-        if len(new) < 2:
-            return
-        try:
-            self.topics.ensure_covers(new.items(), default)
-        except OSError as e:
-            for topic in new:
-                self.topics.topics.pop(topic, None)
-            log.error("cannot create %d new topics: %s", len(new), e)
-            return
-        self._topics_changed()
 
     def _end_round(self) -> None:
         """Answer or park what was appended, answer what the flusher released, send."""
