@@ -24,6 +24,8 @@ def topic_name(env: dict) -> str:
 
 def create_topic(app, env, frames, received):
     topic = topic_name(env)
+    if app.is_slave:                      # a slave's topics.json is its master's copy
+        raise ProtocolError(ErrorCode.UNAVAILABLE, "this store is a slave: create topics on its master")
     if is_system_topic(topic):
         raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
                                                  "it cannot be created")
