@@ -3,12 +3,14 @@ committed on the master are served by the slave's reader within seconds, a topic
 master is known to the slave's reader and appender, and after the master is killed by SIGKILL
 and the slave promoted, the new master resumes consumers from the replicated offsets and
 delivers the delayed messages still pending from the replicated delayOffset.json (those the
-old master delivered are not delivered again). A fake master's garbage or oversized `config`
+old master delivered are not delivered again) and the timer messages still pending (its wheel
+rebuilt from the replicated timer queue). A fake master's garbage or oversized `config`
 pushes are refused by a real slave, which keeps following."""
 from __future__ import annotations
 
 import json
 import os
+import time
 
 import msgpack
 import pytest
@@ -95,6 +97,7 @@ def test_promoted_slave_resumes_offsets_and_delivers_pending_delayed_messages(tm
     assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
     early = [b"early-%d" % i for i in range(5)]
     late = [b"late-%d" % i for i in range(20)]
+    timers = [b"timer-%d" % i for i in range(5)]
     client = RawClient(endpoint(m, "appender"))
     try:
         for body in early:
@@ -104,12 +107,15 @@ def test_promoted_slave_resumes_offsets_and_delivers_pending_delayed_messages(tm
         assert wait_for(lambda: delay_offsets(s).get("1") == len(early), 10, 0.1), delay_offsets(s)
         for body in late:
             assert put(client, "D", body, properties={"DELAY": "3"})["status"] == "PUT_OK"   # 8 s
+        at = int(time.time() * 1000) + 8000
+        for body in timers:
+            assert put(client, "TM", body, properties={"TIMER_DELIVER_MS": str(at)})["status"] == "PUT_OK"
     finally:
         client.close()
     assert call(m, "reader", "commit_offset", group="cg", topic="D", queue_id=0, offset=3)["status"] == "OK"
     assert wait_for(lambda: fetched(s, "cg", "D", 0) == 3, 10, 0.1)
     wait_caught_up(s, m)
-    assert pull_bodies(m, "D") == early              # the late ones are still pending
+    assert pull_bodies(m, "D") == early and pull_bodies(m, "TM") == []   # the rest still pending
     m.kill()                                         # the whole tree, SIGKILL
     out = cli("promote", "--store", s.root)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -118,6 +124,8 @@ def test_promoted_slave_resumes_offsets_and_delivers_pending_delayed_messages(tm
     got = pull_bodies(s, "D")
     assert got[:len(early)] == early and sorted(got[len(early):]) == sorted(late), got
     assert got.count(b"early-0") == 1                # the replicated offsets: not delivered again
+    # timers: the promoted slave rebuilds its wheel from the replicated timer queue
+    assert wait_for(lambda: sorted(pull_bodies(s, "TM")) == timers, 30, 0.2), pull_bodies(s, "TM")
     assert wait_for(lambda: delay_offsets(s).get("3") == len(late), 10, 0.1), delay_offsets(s)
     # the new master's own commits persist again
     assert call(s, "reader", "commit_offset", group="cg", topic="D", queue_id=0, offset=20)["status"] == "OK"
