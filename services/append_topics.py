@@ -1,9 +1,23 @@
 """The appender's topic operations (docs/PROTOCOL.md, `create_topic` and `topic_info`): over
-the appender's `TopicTable` (config/topics.json, which the appender owns)."""
+the appender's `TopicTable` (config/topics.json, which the appender owns on a master; on a
+slave it is the master's copy, written by the ha process: `create_topic` is refused there and
+`reload_topics` picks up each copy)."""
 from __future__ import annotations
 
-from core.topics import is_system_topic, queue_count_problem, topic_name_problem
+import logging
+
+from core.topics import TopicTableError, is_system_topic, queue_count_problem, topic_name_problem
 from ipc.protocol import OK, ErrorCode, ProtocolError, error_reply, field, pack
+
+log = logging.getLogger("mqstore.appender")
+
+
+def reload_topics(app) -> None:
+    """A slave's appender: take topics.json again when the ha process replaced it."""
+    try:
+        app.topics.reload_if_changed()
+    except (OSError, TopicTableError) as e:
+        log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
 
 def register_topic_ops(handlers, app) -> None:

@@ -51,7 +51,7 @@ from core.commitlog import CommitLog, append_status_to_put
 from core.fileops import PAGE_SIZE, REAL_FILE_OPS
 from core.status import AppendMessageStatus, PutMessageStatus
 from core.put_refusal import refusal_reason
-from core.topics import TopicTable, TopicTableError
+from core.topics import TopicTable
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
@@ -62,7 +62,7 @@ from services.append_pool import SharedPool
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
 from services.append_replica import ReplicaWait
-from services.append_topics import register_topic_ops
+from services.append_topics import register_topic_ops, reload_topics
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -162,16 +162,9 @@ class Appender(ServiceLoop):
         self._bind()
 
     def _setup_slave(self) -> None:
-        """A slave's: no segment touched (the ha process writes them), puts and create_topic
-        refused; topics.json is the master's (reloaded every second)."""
+        """A slave's: no segment touched (the ha process writes them), puts refused."""
         self.topics = TopicTable.load(self.config.config_dir)
         self._bind()
-
-    def _reload_topics(self) -> None:
-        try:
-            self.topics.reload_if_changed()
-        except (OSError, TopicTableError) as e:
-            log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
     def _bind(self) -> None:
         self.front = make_socket(self.ctx, zmq.ROUTER)
@@ -210,7 +203,7 @@ class Appender(ServiceLoop):
             self.emit("stats", **self.stats.take(),
                       **(self.replica.take_stats() if self.replica is not None else {}))
             if self.is_slave:                 # the master's topics.json, as the ha process wrote it
-                self._reload_topics()
+                reload_topics(self)
 
     def _take_requests(self) -> None:
         sock = self.front

@@ -154,10 +154,7 @@ class Reader(ServiceLoop):
         if (slave and now >= self._replicated_at) or self._slave != slave:
             self._replicated_at = now + REPLICATED_CHECK_S
             self.offsets.take_replicated()
-            try:
-                self.topics.reload_if_changed()
-            except (OSError, TopicTableError) as e:
-                log.error("topics.json not reloaded, keeping the previous table: %s", e)
+            self._reload_topics()
         self._slave = slave
         return slave
 
@@ -183,10 +180,13 @@ class Reader(ServiceLoop):
         version = cb.get(Word.TOPICS_VERSION)
         if version != self._topics_version:
             self._topics_version = version
-            try:
-                self.topics.reload_if_changed()
-            except (OSError, TopicTableError) as e:
-                log.error("topics.json not reloaded, keeping the previous table: %s", e)
+            self._reload_topics()
+
+    def _reload_topics(self) -> None:
+        try:
+            self.topics.reload_if_changed()
+        except (OSError, TopicTableError) as e:
+            log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
     def _serve(self) -> None:
         """Answer every request waiting on the router (at most MAX_REQUESTS_PER_WAKEUP): a
