@@ -177,5 +177,7 @@ def test_a_slave_refuses_bad_metadata_from_its_master_and_keeps_following(tmp_pa
         repl = s.status()["replication"]
         assert repl["state"] == "following" and repl["configs_refused"] == len(bad), repl
         assert s.service("ha")["pid"] == pid and s.service("ha")["state"] == "RUNNING"
+        shown = cli("status", "--store", s.root).stdout
+        assert f"metadata files taken from the master 1, refused {len(bad)}" in shown, shown
     finally:
         fake.close(0)
