@@ -27,6 +27,23 @@ FILE_NAME = "delayOffset.json"
 _UNQUOTED_KEY = re.compile(r"([{,]\s*)(\d+)(\s*:)")
 
 
+def parse_delay_file(data: bytes) -> dict[int, int]:
+    """Level -> offset of a delayOffset.json's bytes (quoted or fastjson's unquoted keys);
+    ValueError saying why when they are not such a table."""
+    try:
+        text = data.decode("utf-8")
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+        table = {int(level): int(offset) for level, offset in parsed["offsetTable"].items()}
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"not a delay offset table: {type(e).__name__}: {e}") from None
+    if any(level < 1 or offset < 0 for level, offset in table.items()):
+        raise ValueError("a level below 1 or an offset below 0")
+    return table
+
+
 class DelayOffsetStore:
     def __init__(self, config_dir: str, fileops: FileOps = REAL_FILE_OPS):
         self.path = os.path.join(config_dir, FILE_NAME)
@@ -43,16 +60,9 @@ class DelayOffsetStore:
         except FileNotFoundError:
             return self.table
         try:
-            text = data.decode("utf-8")
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
-            self.table = {int(level): int(offset) for level, offset in parsed["offsetTable"].items()}
-            if any(level < 1 or offset < 0 for level, offset in self.table.items()):
-                raise ValueError("a level below 1 or an offset below 0")
+            self.table = parse_delay_file(data)
             self.found = True
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except ValueError as e:
             log.error("%s cannot be read (%s); kept as %s.corrupt, every level is delivered again "
                       "from the start of its queue", self.path, e, FILE_NAME)
             self.fileops.write_file_atomic(self.path + ".corrupt", data)

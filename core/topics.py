@@ -109,7 +109,7 @@ class TopicTable:
         if stamp is None:
             self.topics, self.counter = {}, 0
         else:
-            self.topics, self.counter = _parse(self.path, self.fileops.read_file(self.path))
+            self.topics, self.counter = parse_topic_file(self.path, self.fileops.read_file(self.path))
         self._stamp = stamp
 
     def reload_if_changed(self) -> bool:
@@ -194,7 +194,9 @@ class TopicTable:
         self._stamp = self._file_stamp()
 
 
-def _parse(path: str, raw: bytes) -> tuple[dict[str, int], int]:
+def parse_topic_file(path: str, raw: bytes) -> tuple[dict[str, int], int]:
+    """(topic -> queue count, dataVersion counter) of a topics.json's bytes; TopicTableError
+    naming `path` when they are not a topic table."""
     try:
         doc = json.loads(raw)
         table = doc["topicConfigTable"]

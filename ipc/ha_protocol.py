@@ -20,6 +20,12 @@ Master -> slave, pushed after an OK handshake:
 - `heartbeat`: `offset` (where the next chunk starts), `max_offset`, `epoch`; when idle.
 - `reset`: `reason`; the master does not know this connection (it restarted, or closed it):
   hand-shake again.
+- `config`: `name` (one of core.config_sync.SYNCED_FILES: topics.json,
+  consumer_offsets.json, delayOffset.json), `length`, then one raw frame of exactly `length`
+  bytes (at most core.config_sync.MAX_FILE_BYTES): the whole content of the master's
+  `config/<name>`. Sent once after each OK handshake for every file the master has, then when a
+  file's content changed; never answered. A bad `config` push raises `ConfigRejected` (a
+  ProtocolError): the slave refuses that copy and keeps following.
 
 `parse_from_master` / `parse_from_slave` turn frames into these shapes or raise
 `ProtocolError` naming what is wrong; a peer that sends garbage is answered (or dropped) and
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.config_sync import MAX_FILE_BYTES, SYNCED_FILES
 from core.epochs import EpochFileError, check_entries
 from ipc.protocol import ErrorCode, ProtocolError, decode_frame0, field, pack
 
@@ -60,6 +67,16 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Reset:
     reason: str
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    name: str
+    data: bytes
+
+
+class ConfigRejected(ProtocolError):
+    """A `config` push that is not one: its copy is refused, the connection is kept."""
 
 
 # -- slave -> master ----------------------------------------------------------------------
@@ -107,8 +124,28 @@ def reset(reason: str) -> list:
     return [pack({"op": "reset", "reason": reason})]
 
 
+def config_file(name: str, data) -> list:
+    return [pack({"op": "config", "name": name, "length": len(data)}), data]
+
+
+def _parse_config(env: dict, frames: list) -> ConfigFile:
+    try:
+        name = field(env, "name", str)
+        length = field(env, "length", int, minimum=0)
+    except ProtocolError as e:
+        raise ConfigRejected(e.code, e.reason) from None
+    if name not in SYNCED_FILES:
+        raise ConfigRejected(ErrorCode.BAD_FIELD, f"config {name!r} is not a replicated file")
+    if length > MAX_FILE_BYTES:
+        raise ConfigRejected(ErrorCode.BODY_TOO_LARGE, f"config {name}: {length} bytes, over {MAX_FILE_BYTES}")
+    if len(frames) != 2 or len(frames[1]) != length:
+        raise ConfigRejected(ErrorCode.TOO_MANY_FRAMES, f"a config push of {length} bytes must carry "
+                             "exactly one frame of that length")
+    return ConfigFile(name, bytes(frames[1]))
+
+
 def parse_from_master(frames: list):
-    """A push (Chunk, Heartbeat, Reset) or a reply (the map, with its `rid` and `status`)."""
+    """A push (Chunk, Heartbeat, Reset, ConfigFile) or a reply (the map, with its `rid` and `status`)."""
     env = decode_frame0(frames)
     op = env.get("op")
     if op is None:
@@ -123,6 +160,8 @@ def parse_from_master(frames: list):
             raise ProtocolError(ErrorCode.TOO_MANY_FRAMES, f"a data push of {length} bytes must carry "
                                 "exactly one frame of that length")
         return Chunk(offset, frames[1], master_max)
+    if op == "config":
+        return _parse_config(env, frames)
     if len(frames) != 1:
         raise ProtocolError(ErrorCode.TOO_MANY_FRAMES, f"a {op!r} push takes no body frame")
     if op == "heartbeat":

@@ -1,14 +1,26 @@
 """The appender's topic operations (docs/PROTOCOL.md, `create_topic` and `topic_info`) and the
 creation of a round's new topics with one save: over the appender's `TopicTable`
-(config/topics.json, which the appender owns)."""
+(config/topics.json, which the appender owns on a master; on a slave it is the master's copy,
+written by the ha process: `create_topic` is refused there and `reload_topics` picks up each
+copy)."""
 from __future__ import annotations
 
 import logging
 
-from core.topics import is_system_topic, queue_count_problem, topic_name_problem
+from core.topics import TopicTableError, is_system_topic, queue_count_problem, topic_name_problem
 from ipc.protocol import OK, ErrorCode, ProtocolError, error_reply, field, pack, unpack
 
 log = logging.getLogger("mqstore.appender")
+
+log = logging.getLogger("mqstore.appender")
+
+
+def reload_topics(app) -> None:
+    """A slave's appender: take topics.json again when the ha process replaced it."""
+    try:
+        app.topics.reload_if_changed()
+    except (OSError, TopicTableError) as e:
+        log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
 
 def register_topic_ops(handlers, app) -> None:
@@ -29,6 +41,8 @@ def topic_name(env: dict) -> str:
 
 def create_topic(app, env, frames, received):
     topic = topic_name(env)
+    if app.is_slave:                      # a slave's topics.json is its master's copy
+        raise ProtocolError(ErrorCode.UNAVAILABLE, "this store is a slave: create topics on its master")
     if is_system_topic(topic):
         raise ProtocolError(ErrorCode.BAD_TOPIC, f"topic {topic} is a system topic of RocketMQ; "
                                                  "it cannot be created")

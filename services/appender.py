@@ -62,7 +62,7 @@ from services.append_pool import SharedPool
 from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
 from services.append_replica import ReplicaWait
-from services.append_topics import create_new_topics, register_topic_ops
+from services.append_topics import create_new_topics, register_topic_ops, reload_topics
 from services.append_waiters import FlushWaiters, Parked, PutStats
 from services.base import ServiceLoop, run_service
 
@@ -202,6 +202,8 @@ class Appender(ServiceLoop):
             self.next_stats = now + 1.0
             self.emit("stats", **self.stats.take(),
                       **(self.replica.take_stats() if self.replica is not None else {}))
+            if self.is_slave:                 # the master's topics.json, as the ha process wrote it
+                reload_topics(self)
 
     def _take_requests(self) -> None:
         sock = self.front

@@ -4,7 +4,9 @@ store's only CommitLog writer (services/ha_slave.py). The side is chosen at star
 SLAVE word; `mqstore promote` and `mqstore follow` restart the process on the other side.
 
 It owns `config/epochs.json` (core.epochs.EpochFile) and the replication words of the control
-block (HA_*, 32..63). Every second it emits a `replication` event with what it knows (role,
+block (HA_*, 32..63). It also carries the master's metadata files (topics.json,
+consumer_offsets.json, delayOffset.json: core.config_sync) to the slaves, where it is their
+writer. Every second it emits a `replication` event with what it knows (role,
 epoch, the master or each slave's address, acknowledged offset and lag), which the supervisor
 keeps for `status` and the metrics (supervisor/replication.py).
 

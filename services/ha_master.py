@@ -17,6 +17,12 @@ highest acknowledged offset, and when it last heard from the slave.
   `ha_transfer_batch_size` bytes, never across a segment. A heartbeat when nothing was sent
   for `ha_send_heartbeat_interval` ms; a connection silent for `ha_housekeeping_interval` ms
   is dropped.
+- Metadata (RocketMQ's SlaveSynchronize, core.config_sync): every CONFIG_CHECK_S the master's
+  config/topics.json, consumer_offsets.json and delayOffset.json are looked at (a stat, and a
+  read when one moved); each connection is sent, as a `config` push, every file whose content
+  differs from what it was last sent: all of them after its handshake, then each change. Sent
+  without blocking between chunks; a copy the socket does not take now is sent at the next
+  check, so the CommitLog stream never waits for it.
 - A message from an identity without a handshake (the slave of a previous process, a dropped
   connection) is answered with `reset`.
 """
@@ -29,7 +35,9 @@ from dataclasses import dataclass, field as dc_field
 
 import zmq
 
+from core.config_sync import ConfigSnapshot
 from core.epochs import follow_point
+from core.fileops import REAL_FILE_OPS
 from core.readonly_views import CommitLogView
 from ipc import ha_protocol as wire
 from ipc.control_block import HA_SLAVE_SLOTS, Word
@@ -39,6 +47,7 @@ from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 log = logging.getLogger("mqstore.ha")
 WINDOW_CHUNKS = 64
 MAX_MESSAGES = 1024          # requests taken per loop
+CONFIG_CHECK_S = 1.0         # how often the metadata files are looked at (RocketMQ's slave: 10 s)
 
 
 @dataclass
@@ -54,6 +63,7 @@ class Connection:
     inflight: collections.deque = dc_field(default_factory=collections.deque)
     sent_bytes: int = 0
     acked_at_ms: int = 0
+    config_sent: dict = dc_field(default_factory=dict)     # file name -> digest last sent
 
 
 class MasterSide:
@@ -67,6 +77,8 @@ class MasterSide:
         self.housekeeping_s = cfg.ha_housekeeping_interval / 1000
         self.conns: dict[bytes, Connection] = {}
         self.sent_total = 0
+        self.metadata = ConfigSnapshot(cfg.config_dir, REAL_FILE_OPS)
+        self.config_check_at = 0.0
         self.handlers = Handlers()
         self.handlers.op("handshake")(self._handshake)
         self.handlers.op("ack")(self._ack)
@@ -107,6 +119,8 @@ class MasterSide:
             if out is not None:
                 self._send(identity, out)
         self._stream(now)
+        if now >= self.config_check_at:
+            self._push_config(now)
 
     def _handshake(self, env, frames, identity):
         hs = wire.parse_handshake(env)
@@ -145,6 +159,7 @@ class MasterSide:
         self.cb.set(Word.HA_SLAVE_ACK_BASE + slot, point.start)
         self._count()
         log.info("slave %s at %s follows from %d (slot %d)", hs.store_id, address, point.start, slot)
+        self.config_check_at = 0.0                # its metadata files at the next loop
         return reply(rid, OK, {**fields, "start": point.start})
 
     def _ack(self, env, frames, identity):
@@ -215,6 +230,15 @@ class MasterSide:
             elif now - conn.sent_at >= self.heartbeat_s and conn.identity in self.conns:
                 conn.sent_at = now
                 self._send(conn.identity, wire.heartbeat(conn.next, end, self.epochs.epoch))
+
+    def _push_config(self, now: float) -> None:
+        """Send each connection the metadata files it does not have as they are now."""
+        self.config_check_at = now + CONFIG_CHECK_S
+        self.metadata.refresh()
+        for conn in list(self.conns.values()):
+            for name, (digest, data) in self.metadata.files.items():
+                if conn.config_sent.get(name) != digest and self._send(conn.identity, wire.config_file(name, data)):
+                    conn.config_sent[name] = digest
 
     def _send(self, identity: bytes, frames: list) -> bool:
         try:

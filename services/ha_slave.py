@@ -16,6 +16,11 @@ does), then hand-shakes: its store id, its epoch history (config/epochs.json) an
   service, truncates CommitLog, consume queues and index as recovery does, and starts them
   again) and waits.
 - ERROR (refused): logged with the master's reason; it tries again every RETRY_S.
+A `config` push (one of the master's metadata files, core.config_sync) is checked by its
+format's parser and written atomically to this store's config/ when its content is new; the
+reader takes consumer_offsets.json and topics.json from there, the appender topics.json, the
+scheduler delayOffset.json at a promotion. A copy that is not such a file (garbage, too big, a
+name not replicated) is refused with a logged reason and the slave keeps following.
 A chunk that does not start where the log ends, a `reset`, a reply it did not ask for, or
 silence from the master for `ha_housekeeping_interval` ms closes the socket; a new one
 hand-shakes again after RETRY_S (RocketMQ's slave reconnects every 5 s). A chunk it cannot
@@ -31,6 +36,7 @@ import time
 
 import zmq
 
+from core import config_sync
 from core.commitlog import CommitLog
 from core.epochs import check_entries, clip, last_epoch
 from core.fileops import REAL_FILE_OPS
@@ -69,6 +75,7 @@ class SlaveSide:
         self.backlog: collections.deque = collections.deque()   # chunks not written yet (disk full)
         self.write_retry_at = 0.0
         self.unacked = False
+        self.configs_taken = self.configs_refused = 0
 
     def setup(self) -> None:
         cfg, cb = self.config, self.cb
@@ -126,6 +133,9 @@ class SlaveSide:
             self.heard = now
             try:
                 msg = wire.parse_from_master(frames)
+            except wire.ConfigRejected as e:
+                self._refuse_config(e.reason)
+                continue
             except ProtocolError as e:
                 self._disconnect(f"the master sent a bad frame: {e.reason}", now)
                 return
@@ -154,6 +164,9 @@ class SlaveSide:
         if self.state != "following":
             self._disconnect(f"a {type(msg).__name__.lower()} before the handshake's answer", now)
             return False
+        if isinstance(msg, wire.ConfigFile):
+            self._install_config(msg)
+            return True
         self.cb.set(Word.HA_MASTER_MAX, msg.master_max)
         if isinstance(msg, wire.Heartbeat):
             return True
@@ -166,6 +179,20 @@ class SlaveSide:
         if len(self.backlog) == 1:
             return self._write_backlog(now, ack=False)   # acknowledged after the batch read
         return True
+
+    def _install_config(self, msg: wire.ConfigFile) -> None:
+        try:
+            if config_sync.install(self.config.config_dir, msg.name, msg.data, REAL_FILE_OPS):
+                self.configs_taken += 1
+                log.info("took the master's %s (%d bytes)", msg.name, len(msg.data))
+        except config_sync.ConfigFileError as e:
+            self._refuse_config(str(e))
+        except OSError as e:
+            log.error("cannot write the master's %s: %s; kept the previous copy", msg.name, e)
+
+    def _refuse_config(self, why: str) -> None:
+        self.configs_refused += 1
+        log.warning("refused a metadata file from the master: %s", why)
 
     def _write_backlog(self, now: float, ack: bool = True) -> bool:
         """Write the chunks held, in order. A chunk that cannot be written for want of a segment
@@ -271,6 +298,7 @@ class SlaveSide:
                 "state": self.state, "connected": self.state == "following", "reason": self.reason,
                 "written": self.log.written, "master_max": master_max, "held_chunks": len(self.backlog),
                 "lag_bytes": max(0, master_max - self.log.written), "bytes_received": self.received_total,
+                "configs_taken": self.configs_taken, "configs_refused": self.configs_refused,
                 "last_heard_s": round(time.monotonic() - self.heard, 3) if self.heard else None}
 
     def close(self) -> None:

@@ -14,7 +14,14 @@ request, and wakes held pulls:
   something or at its deadline (with what is there then);
 - as a safety net for arrivals missed (a restarted reput, the SUB socket still connecting),
   held queues are re-scanned every `SWEEP_S` when DISPATCHED moved.
-Consumer offsets go to config/consumer_offsets.json at most every 100 ms and at drain.
+Consumer offsets go to config/consumer_offsets.json at most every 100 ms and at drain. On a
+slave (the SLAVE word is 1) that file and topics.json are the master's, written by the slave's
+ha process: the reader writes no offsets then, and every `REPLICATED_CHECK_S` merges the
+master's offsets (core.consumer_offsets.take_replicated) and reloads the topic table when the
+files changed; once more when the word drops to 0 (a promotion), after which its table is the
+store's own again and is persisted as on any master. A commit served on a slave changes only the
+slave's memory, until the master's next copy of that group replaces it (RocketMQ's rule: a
+slave's consumer offsets are its master's).
 Consumer groups' members are kept in memory (services.read_groups, core.consumer_groups).
 
 Usage (started by the supervisor): python -m services.reader --store ROOT
@@ -47,6 +54,7 @@ log = logging.getLogger("reader")
 MAX_REQUESTS_PER_WAKEUP = 512
 _SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 SWEEP_S = 0.05
+REPLICATED_CHECK_S = 0.2
 BIND_RETRY_S = 10.0
 
 
@@ -69,6 +77,8 @@ class Reader(ServiceLoop):
                                 cfg.max_msgs_num_batch) if cfg.message_index_enable else None)
         self.offsets = ConsumerOffsetStore(cfg.config_dir)
         self.offsets.load()
+        self._slave = bool(cb.get(Word.SLAVE))
+        self._replicated_at = 0.0
         self.topics = TopicTable(os.path.join(cfg.config_dir, "topics.json"))
         self._topics_version = None
         self.holds = PullHoldTable()
@@ -116,7 +126,7 @@ class Reader(ServiceLoop):
         deadline = self.holds.next_deadline()
         if deadline is not None:
             wait = min(wait, deadline - now, SWEEP_S)
-        due = self.offsets.due_in(now)
+        due = None if self._slave else self.offsets.due_in(now)   # a slave writes no offsets
         if due is not None:
             wait = min(wait, due)
         super().wait_for_running(max(0, math.ceil(wait * 1000)))
@@ -133,6 +143,8 @@ class Reader(ServiceLoop):
             self._sweep(now)
             self._rerun(self.holds.take_expired(now), final=True)
         self._advertise_holds()
+        if self._follows_master():
+            return
         self.offsets.persist_if_due()
         self._report_damage()
 
@@ -143,6 +155,18 @@ class Reader(ServiceLoop):
         if count != self._damage_reported:
             self.emit("stats", damaged_reads=count - self._damage_reported)
             self._damage_reported = count
+
+    def _follows_master(self) -> bool:
+        """On a slave, take the master's offsets and topics as the ha process wrote them (every
+        REPLICATED_CHECK_S, and once more at a promotion); True while this store is a slave."""
+        slave = bool(self.cb.get(Word.SLAVE))
+        now = time.monotonic()
+        if (slave and now >= self._replicated_at) or self._slave != slave:
+            self._replicated_at = now + REPLICATED_CHECK_S
+            self.offsets.take_replicated()
+            self._reload_topics()
+        self._slave = slave
+        return slave
 
     def _advertise_holds(self) -> None:
         """Tell reput how many pulls are held (PULLS_HELD): it publishes arrivals only then.
@@ -166,10 +190,13 @@ class Reader(ServiceLoop):
         version = cb.get(Word.TOPICS_VERSION)
         if version != self._topics_version:
             self._topics_version = version
-            try:
-                self.topics.reload_if_changed()
-            except (OSError, TopicTableError) as e:
-                log.error("topics.json not reloaded, keeping the previous table: %s", e)
+            self._reload_topics()
+
+    def _reload_topics(self) -> None:
+        try:
+            self.topics.reload_if_changed()
+        except (OSError, TopicTableError) as e:
+            log.error("topics.json not reloaded, keeping the previous table: %s", e)
 
     def _serve(self) -> None:
         """Answer every request waiting on the router (at most MAX_REQUESTS_PER_WAKEUP): a
@@ -282,7 +309,8 @@ class Reader(ServiceLoop):
     def drain(self) -> None:
         self._sync_bounds()
         self._rerun(self.holds.take_all(), final=True)
-        self.offsets.persist()
+        if not self.cb.get(Word.SLAVE):
+            self.offsets.persist()
 
     def close(self) -> None:
         for sock in (self.router, self.sub):

@@ -296,6 +296,9 @@ def render_replication(repl) -> list[str]:
         state = repl.get("state") or ("following" if repl.get("connected") else "not connected")
         lines = [head, f"  master {repl.get('master') or '-'}: {state}, {repl.get('lag_bytes', 0)} B behind"
                  + (f" ({repl['reason']})" if repl.get("reason") else "")]
+        if "configs_taken" in repl:
+            lines.append(f"  metadata files taken from the master {repl['configs_taken']}, "
+                         f"refused {repl.get('configs_refused', 0)}")
     else:
         lines = [head + ("  FENCED: a newer master exists, puts are refused" if repl.get("fenced") else "")]
         rows = [["SLAVE", "ADDRESS", "ACKED", "LAG", "LAG_S"]]

@@ -152,7 +152,7 @@ class Replication:
         latest = self.latest
         if latest.get("role") == ("SLAVE" if slave else "MASTER"):
             for key in ("store_id", "slaves", "state", "reason", "lag_bytes", "bytes_sent",
-                        "bytes_received", "last_heard_s"):
+                        "bytes_received", "last_heard_s", "configs_taken", "configs_refused"):
                 if key in latest:
                     out[key] = latest[key]
         if self.pending is not None:
