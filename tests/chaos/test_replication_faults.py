@@ -18,20 +18,13 @@ import pytest
 import zmq
 
 from tests.integration.harness import RawClient, wait_for
-from tests.integration.replicas import (
+from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
+    stores, wait_connected,
     commitlog_bytes, endpoint, ha_address, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import TINY_TOML, pid_gone
 
 SEGMENT = TINY_TOML["mapped_file_size_commitlog"]
-
-
-@pytest.fixture
-def stores():
-    started = []
-    yield started
-    for s in reversed(started):
-        s.ensure_stopped()
 
 
 def put_range(store, topic: str, lo: int, hi: int, pad: int = 200) -> None:
@@ -70,7 +63,7 @@ def test_the_ha_process_killed_is_restarted_and_replication_resumes(tmp_path, st
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     put_range(m, "H", 0, 500)
     victim = m if side == "master" else s
     pid = victim.service("ha")["pid"]
@@ -130,7 +123,7 @@ def test_garbage_on_the_replication_port_crashes_nothing(tmp_path, stores):
     assert m.service("ha")["pid"] == pid and m.service("ha")["state"] == "RUNNING"
     s = slave_of(tmp_path, m)                        # and a real slave is still served
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     client = RawClient(endpoint(m, "appender"))
     try:
         assert put(client, "G", b"after garbage")["status"] == "PUT_OK"

@@ -1,15 +1,26 @@
 """Real master/slave stores for replication tests: `mqstore start` processes (SupervisedStore)
 with tiny segments, short HA intervals so that a dead peer is noticed within a second or
-two, and helpers to put, pull from any store, read a CommitLog's bytes and wait for a slave."""
+two, helpers to put, pull from any store, read a CommitLog's bytes and wait for a slave, and
+the `stores` fixture (a list the test appends its stores to; all are stopped after it)."""
 from __future__ import annotations
 
 import json
 import os
 
+import pytest
+
 from tests.integration.harness import RawClient, wait_for
 from tests.integration.supervised import SupervisedStore
 
 FAST_HA = {"ha_send_heartbeat_interval": 200, "ha_housekeeping_interval": 1500, "slave_timeout": 1000}
+
+
+@pytest.fixture
+def stores():
+    started = []
+    yield started
+    for s in reversed(started):
+        s.ensure_stopped()
 
 
 def master(tmp_path, name="master", role="SYNC_MASTER", **config) -> SupervisedStore:
@@ -24,6 +35,23 @@ def ha_address(store: SupervisedStore) -> str:
     """HOST:PORT of the store's ha process (run/endpoints.json)."""
     with open(store.path("run", "endpoints.json")) as f:
         return json.load(f)["ha"].removeprefix("tcp://")
+
+
+def wait_connected(master_: SupervisedStore, slaves: int = 1, timeout: float = 30.0) -> None:
+    """Wait until the master counts `slaves` hand-shaken slaves."""
+    assert wait_for(lambda: master_.status()["replication"]["slaves_connected"] == slaves,
+                    timeout, 0.05), master_.status()["replication"]
+
+
+def put_all(store: SupervisedStore, topic: str, bodies) -> list[dict]:
+    """Put each body through the store's appender, one `put` at a time; every reply PUT_OK."""
+    client = RawClient(endpoint(store, "appender"))
+    try:
+        replies = [put(client, topic, body) for body in bodies]
+    finally:
+        client.close()
+    assert [r["status"] for r in replies] == ["PUT_OK"] * len(replies), replies
+    return replies
 
 
 def endpoint(store: SupervisedStore, name: str) -> str:

@@ -139,6 +139,22 @@ class SupervisedStore:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def kill_tree(self) -> None:
+        """SIGKILL the supervisor and every process under it at once (the services and Python's
+        resource tracker: what a `kill -9` of the process group does), and wait until all are
+        gone. Its control block stays in /dev/shm until the next start removes it."""
+        tree = [self.proc.pid] + [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while not all(pid_gone(p) for p in tree):
+            assert time.monotonic() < deadline, "processes outlived SIGKILL"
+            time.sleep(0.02)
+
     def stop(self, timeout: float = 60.0) -> int:
         """The `stop` op, then wait for the supervisor to exit; its exit code."""
         reply, _ = self.call("stop")

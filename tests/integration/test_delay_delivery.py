@@ -9,7 +9,6 @@ import os
 import signal
 import time
 
-import psutil
 
 from core.decode import decode_message
 from tests.integration.harness import wait_for
@@ -77,24 +76,6 @@ def test_levels_delivered_on_time_with_their_fields(store):
     assert s.stop() == 0
 
 
-def kill_tree(s) -> None:
-    """SIGKILL the supervisor and every service at once, wait until all are gone, and remove
-    the control block the dead supervisor leaves in /dev/shm (the next start makes its own)."""
-    control = s.control_name()
-    tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    s.proc.wait(10)
-    assert wait_for(lambda: all(pid_gone(p) for p in tree), timeout=10)
-    try:
-        os.unlink(os.path.join("/dev/shm", control))
-    except FileNotFoundError:
-        pass
-
-
 def _put_pending(s, n: int, level: int, prefix: bytes) -> None:
     for i in range(n):
         reply = s.put("t", prefix + b"%d" % i, queue_id=0, properties={"DELAY": str(level)})
@@ -123,7 +104,7 @@ def test_whole_tree_killed_while_pending_delivers_all(store):
     _put_pending(s, 30, 3, b"c")
     _put_pending(s, 30, 1, b"d")
     assert wait_for(lambda: len(_bodies(s)) >= 10, timeout=20)       # some delivered, most pending
-    kill_tree(s)
+    s.kill_tree()
     s.start()
     want = {b"c%d" % i for i in range(30)} | {b"d%d" % i for i in range(30)}
     assert wait_for(lambda: want <= set(_bodies(s)), timeout=30)
@@ -144,7 +125,7 @@ def test_timers_across_a_killed_tree(store):
         assert reply["status"] == "PUT_OK", reply
         due[body] = at
     assert wait_for(lambda: len(_bodies(s)) >= 3, timeout=20)
-    kill_tree(s)
+    s.kill_tree()
     s.start()
     assert wait_for(lambda: set(due) <= set(_bodies(s)), timeout=30)
     for m, _ in pull_raw(s, "t", 0):

@@ -15,20 +15,13 @@ import pytest
 from core.epochs import EpochFile
 from core.fileops import REAL_FILE_OPS
 from tests.integration.harness import RawClient, wait_for
-from tests.integration.replicas import (
+from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
+    stores, put_all, wait_connected,
     commitlog_bytes, endpoint, ha_address, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import TINY_TOML, SupervisedStore, cli
 
 SEGMENT = TINY_TOML["mapped_file_size_commitlog"]
-
-
-@pytest.fixture
-def stores():
-    started = []
-    yield started
-    for s in reversed(started):
-        s.ensure_stopped()
 
 
 def epochs(store) -> list:
@@ -68,7 +61,7 @@ def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     acked, stop = [], threading.Event()
     producer = threading.Thread(target=produce, args=(endpoint(m, "appender"), acked, stop, "F"))
     producer.start()
@@ -87,11 +80,7 @@ def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
     wrote = positions(s)["wrote"]
     assert wrote > last_acked                    # the whole last acknowledged record is there
     assert commitlog_bytes(s.root, wrote, SEGMENT) == commitlog_bytes(m.root, wrote, SEGMENT)
-    client = RawClient(endpoint(s, "appender"))
-    try:
-        assert [put(client, "F", b"new master %d" % i)["status"] for i in range(20)] == ["PUT_OK"] * 20
-    finally:
-        client.close()
+    put_all(s, "F", [b"new master %d" % i for i in range(20)])
     # the old master comes back as a master on its own, then follows the new one
     old = SupervisedStore(tmp_path, "master", root=m.root, broker_role="ASYNC_MASTER",
                           ha_send_heartbeat_interval=200, ha_housekeeping_interval=1500)
@@ -109,7 +98,7 @@ def test_diverged_tail_is_truncated_when_the_old_master_follows(tmp_path, stores
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     client = RawClient(endpoint(m, "appender"))
     try:
         assert [put(client, "D", b"shared %d" % i)["status"] for i in range(10)] == ["PUT_OK"] * 10
@@ -126,11 +115,7 @@ def test_diverged_tail_is_truncated_when_the_old_master_follows(tmp_path, stores
     s.start("--master", ha_address(m))           # the slave again, its master dead...
     promote(s)                                   # ...so it is promoted: epoch 2 from shared_end
     assert epochs(s)[-1][:2] == [2, shared_end]
-    client = RawClient(endpoint(s, "appender"))
-    try:
-        assert [put(client, "D", b"epoch two %d" % i)["status"] for i in range(50)] == ["PUT_OK"] * 50
-    finally:
-        client.close()
+    put_all(s, "D", [b"epoch two %d" % i for i in range(50)])
     old = SupervisedStore(tmp_path, "master", root=m.root, broker_role="ASYNC_MASTER",
                           ha_send_heartbeat_interval=200, ha_housekeeping_interval=1500)
     old.start()
@@ -155,11 +140,7 @@ def test_three_stores_one_slave_promoted_the_other_follows_it(tmp_path, stores):
     b = slave_of(tmp_path, m, "b")
     stores += [a, b]
     assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 2, 30, 0.05)
-    client = RawClient(endpoint(m, "appender"))
-    try:
-        assert [put(client, "Three", b"%d" % i)["status"] for i in range(100)] == ["PUT_OK"] * 100
-    finally:
-        client.close()
+    put_all(m, "Three", [b"%d" % i for i in range(100)])
     wait_caught_up(a, m)
     wait_caught_up(b, m)
     m.kill()
@@ -212,7 +193,7 @@ def test_50k_sync_master_puts_master_killed_at_random_nothing_acknowledged_lost(
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     acked, stop = [], threading.Event()
     producer = threading.Thread(target=produce_async, args=(m.address, acked, stop, "Big", 50_000))
     producer.start()

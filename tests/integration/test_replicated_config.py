@@ -13,24 +13,16 @@ import os
 import time
 
 import msgpack
-import pytest
 import zmq
 
 from tests.integration.harness import RawClient, wait_for
-from tests.integration.replicas import (
+from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
+    stores, put_all, wait_connected,
     FAST_HA, endpoint, master, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import SupervisedStore, cli
 
 DELAYS = "1s 2s 8s"
-
-
-@pytest.fixture
-def stores():
-    started = []
-    yield started
-    for s in reversed(started):
-        s.ensure_stopped()
 
 
 def call(store, service: str, op: str, **fields) -> dict:
@@ -65,12 +57,8 @@ def test_offsets_and_topics_committed_on_the_master_are_the_slaves(tmp_path, sto
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
-    client = RawClient(endpoint(m, "appender"))
-    try:
-        assert [put(client, "C", b"c%d" % i)["status"] for i in range(10)] == ["PUT_OK"] * 10
-    finally:
-        client.close()
+    wait_connected(m)
+    put_all(m, "C", [b"c%d" % i for i in range(10)])
     assert call(m, "appender", "create_topic", topic="Fresh", queues=6)["status"] == "OK"
     assert call(m, "reader", "commit_offset", group="g", topic="C", queue_id=0, offset=7)["status"] == "OK"
     wait_caught_up(s, m)
@@ -94,7 +82,7 @@ def test_promoted_slave_resumes_offsets_and_delivers_pending_delayed_messages(tm
     stores.append(m)
     s = slave_of(tmp_path, m, message_delay_level=DELAYS)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     early = [b"early-%d" % i for i in range(5)]
     late = [b"late-%d" % i for i in range(20)]
     timers = [b"timer-%d" % i for i in range(5)]

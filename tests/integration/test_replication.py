@@ -10,20 +10,13 @@ import time
 import pytest
 
 from tests.integration.harness import RawClient, wait_for
-from tests.integration.replicas import (
+from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
+    stores, put_all, wait_connected,
     commitlog_bytes, endpoint, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import TINY_TOML, cli
 
 SEGMENT = TINY_TOML["mapped_file_size_commitlog"]
-
-
-@pytest.fixture
-def stores():
-    started = []
-    yield started
-    for s in reversed(started):
-        s.ensure_stopped()
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
@@ -32,7 +25,7 @@ def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_pa
     stores.append(m)
     s = slave_of(tmp_path, m, flush_disk_type=flush)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     client = RawClient(endpoint(m, "appender"))
     try:
         replies = [put(client, "HA", b"message %d" % i) for i in range(10)]
@@ -63,7 +56,7 @@ def test_sync_master_without_its_slave_never_answers_put_ok(tmp_path, stores):
         assert put(client, "NoSlave", b"no wait", wait=False)["status"] == "PUT_OK"
         s = slave_of(tmp_path, m)
         stores.append(s)
-        assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+        wait_connected(m)
         assert put(client, "NoSlave", b"with a slave")["status"] == "PUT_OK"
         s.kill()                                   # the slave's whole store goes at once
         statuses = set()
@@ -128,12 +121,8 @@ def test_replication_metrics(tmp_path, stores):
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
-    client = RawClient(endpoint(m, "appender"))
-    try:
-        assert [put(client, "Met", b"%d" % i)["status"] for i in range(20)] == ["PUT_OK"] * 20
-    finally:
-        client.close()
+    wait_connected(m)
+    put_all(m, "Met", [b"%d" % i for i in range(20)])
     url = m.status()["supervisor"]["metrics"]
 
     def scrape() -> str:
@@ -156,15 +145,11 @@ def test_a_slave_survives_its_masters_restart(tmp_path, stores):
     stores.append(m)
     s = slave_of(tmp_path, m)
     stores.append(s)
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
-    client = RawClient(endpoint(m, "appender"))
-    try:
-        assert [put(client, "R", b"%d" % i)["status"] for i in range(20)] == ["PUT_OK"] * 20
-    finally:
-        client.close()
+    wait_connected(m)
+    put_all(m, "R", [b"%d" % i for i in range(20)])
     assert m.stop() == 0
     m.start("--port", str(port))
-    assert wait_for(lambda: m.status()["replication"]["slaves_connected"] == 1, 30, 0.05)
+    wait_connected(m)
     client = RawClient(endpoint(m, "appender"))
     try:
         assert [put(client, "R", b"%d" % i)["status"] for i in range(20, 40)] == ["PUT_OK"] * 20

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import urllib.request
 
-import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -125,14 +124,7 @@ def test_a_start_unlinks_the_control_block_of_a_killed_tree(store):
     control block from /dev/shm instead of leaving its memory there until a reboot."""
     s = store().start()
     control = s.control_name()
-    tree = [s.proc.pid] + [p.pid for p in psutil.Process(s.proc.pid).children(recursive=True)]
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    s.proc.wait(10)
-    assert wait_for(lambda: all(pid_gone(p) for p in tree), 10)
+    s.kill_tree()
     assert os.path.exists(os.path.join("/dev/shm", control))    # nobody was left to unlink it
     s.start()
     assert not os.path.exists(os.path.join("/dev/shm", control)), "the dead tree's control block"
