@@ -49,9 +49,16 @@ through ipc.aio.Producer from one event loop (>= 0.8x batch100 x1). After the si
 4 consumer-group member processes reading their shares (>= 1.5x one consumer), and the asyncio
 consumer (>= 0.8x).
 
+Issue 31's rows: right after the SYNC_FLUSH probe and its echo, FSYNC_OPS pwrite + fdatasync
+of one body on the same disk (_limits.fsync_limit, each timed); after the ASYNC single runs, on
+a fresh store, unbatched send_async with CONCURRENT (50) requests in flight from
+CONCURRENT_PRODUCERS processes, then the bare echo at that concurrency, with Redis
+`XADD -c 50 -P 1` (everysec) as the peer.
+
 MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
 ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
-consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms.
+consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms; SYNC put 1 in flight p50 <=
+the fdatasync p50 + 2x the echo p50; unbatched c50 >= 0.5x the echo c50 and >= 0.5x Redis.
 """
 from __future__ import annotations
 
