@@ -4,7 +4,8 @@ store in it.
 
 `EchoServer` is a ROUTER in a process of its own that answers every request with a reply of
 a put reply's size. `echo_worker` (run in a producer process of the benchmark's pool, as the
-put probe is) sends one request at a time, a DEALER frame of a put envelope's size and a body
+put probe is) sends one request at a time (or keeps a window of them in flight: the floor of
+an unbatched row at that concurrency), a DEALER frame of a put envelope's size and a body
 frame, and times each send to reply. A put over ZeroMQ pays at least this: two processes
 woken per request, the body over loopback TCP both ways, pyzmq's calls. The put probe's p99
 beside this one's says how much of it is the store and how much is the machine (on the small
@@ -73,9 +74,12 @@ class EchoServer:
             self._proc.join()
 
 
-def echo_worker(address: str, body_size: int, seconds: float) -> dict:
-    """Round trips, one in flight, for `seconds` after a warm-up: their count and latencies
-    (seconds, in order)."""
+def echo_worker(address: str, body_size: int, seconds: float, window: int = 1,
+                start_at: float | None = None) -> dict:
+    """Round trips with `window` requests in flight (the echo answers in order), for `seconds`
+    after a warm-up, from `start_at` (time.monotonic, system-wide) when given: their count,
+    latencies (seconds, send to reply, in order) and the time of the last reply."""
+    import collections
     import zmq
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
@@ -83,16 +87,21 @@ def echo_worker(address: str, body_size: int, seconds: float) -> dict:
     sock.connect(address)
     envelope, body = b"e" * ENVELOPE_BYTES, b"b" * body_size
     lat = []
+    sent: collections.deque = collections.deque()
     try:
         for _ in range(WARM_UP):
             sock.send_multipart([envelope, body])
             sock.recv_multipart()
+        while start_at is not None and time.monotonic() < start_at:
+            time.sleep(min(0.001, max(0.0, start_at - time.monotonic())))
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            t0 = time.perf_counter()
-            sock.send_multipart([envelope, body])
+        while time.monotonic() < end or sent:
+            while len(sent) < window and time.monotonic() < end:
+                sent.append(time.perf_counter())
+                sock.send_multipart([envelope, body])
             sock.recv_multipart()
-            lat.append(time.perf_counter() - t0)
+            lat.append(time.perf_counter() - sent.popleft())
+        last = time.monotonic()
     finally:
         sock.close()
-    return {"round_trips": len(lat), "latencies": lat}
+    return {"round_trips": len(lat), "latencies": lat, "last": last}

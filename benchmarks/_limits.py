@@ -13,7 +13,8 @@ benchmark measure the limits the same way:
 - `fsync_limit`: `os.pwrite` of one operation's bytes, then `os.fdatasync`, one after the
   other, into a file whose blocks were written and synced beforehand (RocketMQ's warmed
   segment, the fastest case of perf-anchors.md section 1.3): what a writer that waits for its
-  own fsync can do at best.
+  own fsync can do at best; each fdatasync is timed too (`Measure.latencies`: its p50 is the
+  fsync part of a durable put's floor in pipeline.py).
 - `slice_copy_limit` and `bulk_copy_limit`: reading from the page cache. The first slices
   every record of the written segments out of their mmap into a `bytes` object (the least a
   Python read path that hands out one object per message must do); the second copies the
@@ -35,7 +36,7 @@ import struct
 import sys
 import time
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.crc import crc32 as body_crc32      # the store's own CRC routine, so the floor is fair
 
@@ -174,10 +175,12 @@ def print_contention(c: dict, file=sys.stdout) -> None:
 
 @dataclass
 class Measure:
-    """One timed run: `ops` operations moving `nbytes` bytes in `seconds`."""
+    """One timed run: `ops` operations moving `nbytes` bytes in `seconds` (and, where the run
+    timed each, their `latencies` in seconds, in order)."""
     ops: int
     nbytes: int
     seconds: float
+    latencies: list = field(default_factory=list, repr=False)
 
     @property
     def ops_per_s(self) -> float:
@@ -270,15 +273,18 @@ def fsync_limit(directory: str, op_bytes: int, ops: int) -> Measure:
             os.pwrite(fd, zeros[:min(MiB, size - off)], off)
         os.fsync(fd)
         data = os.urandom(op_bytes)
+        lat = []
         t0 = time.perf_counter()
         for i in range(ops):
             os.pwrite(fd, data, i * op_bytes)
+            t1 = time.perf_counter()
             os.fdatasync(fd)
+            lat.append(time.perf_counter() - t1)
         seconds = time.perf_counter() - t0
     finally:
         os.close(fd)
         os.unlink(path)
-    return Measure(ops, size, seconds)
+    return Measure(ops, size, seconds, lat)
 
 
 # ---- memory limits over written segments -----------------------------------------------

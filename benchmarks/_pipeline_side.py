@@ -97,12 +97,15 @@ class StoreProcess:
 # ---- producers (run in the pool's processes) ----------------------------------------------
 
 def produce_worker(address: str, body_size: int, mode: str, start_at: float, seconds: float,
-                   one_at_a_time: bool = False, window: int = BATCH_WINDOW_MANY) -> dict:
+                   one_at_a_time: bool = False, window: int = BATCH_WINDOW_MANY,
+                   single_window: int = SINGLE_WINDOW) -> dict:
     """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies.
-    `mode`: "single" (send_async, auto-batching off: one put each, SINGLE_WINDOW in flight),
+    `mode`: "single" (send_async, auto-batching off: one put each, `single_window` in flight),
     "batch" (send_batch_async of BATCH), "auto" (send_async with the auto-batching defaults,
     AUTO_WINDOW messages awaiting their result), "aio" (the same through ipc.aio.Producer)."""
     from ipc import Producer
+    if mode not in ("single", "batch", "auto", "aio"):
+        raise ValueError(f"produce_worker: mode {mode!r}")
     if mode == "aio":
         return aio_produce(address, body_size, start_at, seconds)
     batched = mode == "batch"
@@ -113,7 +116,7 @@ def produce_worker(address: str, body_size: int, mode: str, start_at: float, sec
     sent = 0
     with Producer(address, timeout=30.0, window=1024, auto_batch=mode == "auto") as p:
         p.queue_count(TOPIC)                       # topic_info before the clock starts
-        window = window if batched else AUTO_WINDOW if mode == "auto" else SINGLE_WINDOW
+        window = window if batched else AUTO_WINDOW if mode == "auto" else single_window
         pending: collections.deque = collections.deque()
 
         def done(fut, t0):

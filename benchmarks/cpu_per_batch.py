@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             for i, pid in enumerate(sorted(set(pool.map(worker_ready, range(n))))):
                 pids[f"producer{i}"] = pid
             start_at = time.monotonic() + 2.0
-            jobs = [pool.apply_async(produce_worker, (store.address, args.size, True, start_at,
+            jobs = [pool.apply_async(produce_worker, (store.address, args.size, "batch", start_at,
                                                       args.seconds, False, batch_window(n)))
                     for _ in range(n)]
             time.sleep(LEAD_IN)

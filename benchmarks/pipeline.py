@@ -49,9 +49,16 @@ through ipc.aio.Producer from one event loop (>= 0.8x batch100 x1). After the si
 4 consumer-group member processes reading their shares (>= 1.5x one consumer), and the asyncio
 consumer (>= 0.8x).
 
+Issue 31's rows: right after the SYNC_FLUSH probe and its echo, FSYNC_OPS pwrite + fdatasync
+of one body on the same disk (_limits.fsync_limit, each timed); after the ASYNC single runs, on
+a fresh store, unbatched send_async with CONCURRENT (50) requests in flight from
+CONCURRENT_PRODUCERS processes, then the bare echo at that concurrency, with Redis
+`XADD -c 50 -P 1` (everysec) as the peer.
+
 MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
 ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
-consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms.
+consumption >= 1.0x Redis XRANGE; unbatched ASYNC put p99 < 1 ms; SYNC put 1 in flight p50 <=
+the fdatasync p50 + 2x the echo p50; unbatched c50 >= 0.5x the echo c50 and >= 0.5x Redis.
 """
 from __future__ import annotations
 
@@ -83,9 +90,13 @@ from _echo_floor import EchoServer, echo_worker                               # 
 from _client_rows import aio_consume, group_consume                           # noqa: E402
 from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
 from _pipeline_integrity import integrity_rows, print_rows as print_integrity  # noqa: E402
+from _pipeline_rows import Row, print_table                                  # noqa: E402
 from _redis_peer import print_redis, timed_xadd                               # noqa: E402
 
 MANY = 16
+CONCURRENT = 50                  # the unbatched concurrency row: requests in flight in all ...
+CONCURRENT_PRODUCERS = 2         # ... from this many producer processes (25 each), ours and the echo's
+FSYNC_OPS = 500                  # fdatasyncs timed beside the SYNC_FLUSH probe (its floor's fsync part)
 GROUP_MEMBERS = 4
 READ_REPEATS = 3                 # reads (ours and XRANGE) per case; the median is kept
 INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows are skipped. "
@@ -126,12 +137,13 @@ class Plan:
     probe_s: float = 2.0
     redis_xadd: dict = field(default_factory=lambda: {100: 300_000, 1024: 100_000})  # first run
     redis_xrange: int = 20_000
+    redis_xadd_unbatched: int = 100_000   # XADD -c 50 -P 1 (the unbatched concurrency row's peer)
     cache_window: int = 0           # the stores' page_cache_window_commitlog (bytes)
 
 
 FULL = Plan()
 QUICK = Plan(sizes=(1024,), produce_s=1.5, consume_s=2.0, probe_s=1.0,
-             redis_xrange=5_000)
+             redis_xrange=5_000, redis_xadd_unbatched=50_000)
 
 
 def say(msg: str) -> None:
@@ -155,40 +167,23 @@ def run_redis(root: str, plan: Plan) -> dict:
                 xrange = median_by([server.bench(plan.redis_xrange, 1, 1, "XRANGE", "s", "-", "+",
                                                  "COUNT", "100") for _ in range(READ_REPEATS)],
                                    lambda r: r["rps"])
+                if fsync == "everysec":           # unbatched XADDs from 50 clients, on the same server
+                    unbatched = server.bench(plan.redis_xadd_unbatched, CONCURRENT, 1, "XADD", "s", "*",
+                                             "f", "v" * size)
             finally:
                 server.stop()
                 shutil.rmtree(server.dir, ignore_errors=True)
             out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
+            if fsync == "everysec":
+                out[(size, fsync)]["xadd_unbatched"] = unbatched
+                say(f"  redis {fsync} {size_name(size)}: XADD -c {CONCURRENT} -P 1 "
+                    f"{L.fmt_rate(unbatched['rps'])}/s")
             say(f"  redis {fsync} {size_name(size)}: XADD {L.fmt_rate(xadd['rps'])}/s "
                 f"({xadd['n']:,} in {xadd['n'] / xadd['rps']:.1f} s), "
                 f"XRANGE COUNT 100 {L.fmt_rate(xrange['rps'] * 100)} msgs/s")
     return out
 
 
-
-
-@dataclass
-class Row:
-    workload: str
-    msgs_per_s: float
-    mb_per_s: float
-    p50_ms: float = float("nan")
-    p99_ms: float = float("nan")
-    peer: str = ""
-    peer_msgs_per_s: float | None = None
-    target: str = ""
-    met: bool | None = None
-    notes: dict = field(default_factory=dict)
-    kind: str = ""                 # produce, consume, probe, floor
-    size: int = 0
-    flush: str = ""
-    batched: bool = False
-    producers: int = 0
-    mode: str = ""                 # single, batch, auto, aio (produce rows)
-
-    @property
-    def ratio(self) -> float | None:
-        return self.msgs_per_s / self.peer_msgs_per_s if self.peer_msgs_per_s else None
 
 
 class PipelineBench:
@@ -208,10 +203,10 @@ class PipelineBench:
         return store
 
     def produce(self, store: StoreProcess, size: int, mode: str, producers: int,
-                seconds: float, one_at_a_time: bool = False) -> tuple[float, dict]:
+                seconds: float, one_at_a_time: bool = False, single_window: int = SINGLE_WINDOW) -> tuple[float, dict]:
         start_at = time.monotonic() + 0.5 + 0.05 * producers
         jobs = [self.pool.apply_async(produce_worker, (store.address, size, mode, start_at, seconds,
-                                                       one_at_a_time, batch_window(producers)))
+                                                       one_at_a_time, batch_window(producers), single_window))
                 for _ in range(producers)]
         results = [j.get(timeout=seconds + 300) for j in jobs]
         acked = sum(r["acked"] for r in results)
@@ -248,6 +243,12 @@ class PipelineBench:
                 with self.foreign.paused():
                     _, p = self.produce(store, size, "single", 1, self.plan.probe_s, one_at_a_time=True)
                     e = self.echo_floor(size)
+                    if flush == "SYNC_FLUSH":         # the fsync part of a durable put's floor
+                        f = L.fsync_limit(self.root, size, FSYNC_OPS)
+                        self.rows.append(Row(f"fdatasync after pwrite {size_name(size)} (limit)", f.ops_per_s,
+                                             f.mb_per_s, percentile(f.latencies, 0.5) * 1e3,
+                                             percentile(f.latencies, 0.99) * 1e3, kind="fsync", size=size,
+                                             flush=flush, producers=1))
                 self.rows.append(Row(f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight",
                                      p["acked"] / p["seconds"], p["bytes"] / p["seconds"] / L.MB,
                                      p["p50_ms"], p["p99_ms"], kind="probe", size=size, flush=flush,
@@ -272,6 +273,33 @@ class PipelineBench:
         finally:
             store.stop()
             shutil.rmtree(store.root, ignore_errors=True)
+
+    def concurrent_case(self, size: int) -> None:
+        """Unbatched puts (send_async, auto-batching off) with CONCURRENT requests in flight from
+        CONCURRENT_PRODUCERS processes on a fresh ASYNC_FLUSH store, then the bare pyzmq echo at
+        the same concurrency from as many pool processes: the floor for any Python ZeroMQ
+        server here. Its Redis peer is XADD -c 50 -P 1 (attach_peers)."""
+        per = CONCURRENT // CONCURRENT_PRODUCERS
+        store = self.fresh_store("ASYNC_FLUSH")
+        try:
+            _, r = self.produce(store, size, "single", CONCURRENT_PRODUCERS, self.plan.produce_s, single_window=per)
+        finally:
+            store.stop()
+            shutil.rmtree(store.root, ignore_errors=True)
+        self.rows.append(Row(f"produce {size_name(size)} ASYNC single c{CONCURRENT}", r["acked"] / r["seconds"],
+                             r["bytes"] / r["seconds"] / L.MB, r["p50_ms"], r["p99_ms"], kind="concurrent",
+                             size=size, flush="ASYNC_FLUSH", producers=CONCURRENT_PRODUCERS, notes=r, mode="single"))
+        start_at = time.monotonic() + 0.5
+        jobs = [self.pool.apply_async(echo_worker, (self.echo_address, size, self.plan.produce_s, per, start_at))
+                for _ in range(CONCURRENT_PRODUCERS)]
+        es = [j.get(timeout=self.plan.produce_s + 120) for j in jobs]
+        lat = [x for e in es for x in e["latencies"]]
+        n, seconds = sum(e["round_trips"] for e in es), max(e["last"] for e in es) - start_at
+        self.rows.append(Row(f"pyzmq echo {size_name(size)} c{CONCURRENT} (floor)", n / seconds,
+                             n * size / seconds / L.MB, percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3,
+                             kind="floor-c", size=size, flush="ASYNC_FLUSH", producers=CONCURRENT_PRODUCERS))
+        say(f"  unbatched c{CONCURRENT}: {L.fmt_rate(r['acked'] / r['seconds'])} msgs/s; bare pyzmq echo "
+            f"c{CONCURRENT}: {L.fmt_rate(n / seconds)}/s")
 
     def echo_floor(self, size: int) -> dict:
         """The transport floor beside a put probe (benchmarks/_echo_floor): round trips of a
@@ -305,6 +333,8 @@ class PipelineBench:
                 for mode in ("single", "batch", "auto"):
                     for producers in self.plan.producers:
                         self.run_case(size, flush, mode, producers)
+                if flush == "ASYNC_FLUSH":
+                    self.concurrent_case(size)
                 self.run_case(size, flush, "aio", 1)
 
     def client_targets(self) -> None:
@@ -345,23 +375,25 @@ class PipelineBench:
             elif row.kind == "probe" and row.flush == "ASYNC_FLUSH":
                 row.target = "p99 < 1 ms"
                 row.met = row.p99_ms < 1.0
+            elif row.kind == "probe":                   # SYNC: one fdatasync + 2 echo round trips
+                fs = self.row_of("fsync", row.size, row.flush)
+                echo = self.row_of("floor", row.size, row.flush)
+                if fs is not None and echo is not None:
+                    bound = fs.p50_ms + 2 * echo.p50_ms
+                    row.target = f"p50 {row.p50_ms / bound:.2f}x of fsync p50 + 2x echo p50, <= 1x"
+                    row.met = row.p50_ms <= bound
+            elif row.kind == "concurrent":              # >= 0.5x Redis XADD -c 50 -P 1 and the echo
+                row.peer = f"XADD c{CONCURRENT} P1 {fsync}"
+                if peer and "xadd_unbatched" in peer:
+                    row.peer_msgs_per_s = peer["xadd_unbatched"]["rps"]
+                echo = self.row_of("floor-c", row.size, row.flush)
+                if echo is not None:
+                    vs_echo = row.msgs_per_s / echo.msgs_per_s
+                    row.target = f"{vs_echo:.2f}x echo c{CONCURRENT}; both >= 0.5x"
+                    row.met = vs_echo >= 0.5 and (row.ratio is None or row.ratio >= 0.5)
 
-
-def fmt_ms(x: float) -> str:
-    return "-" if x != x else (f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}")
-
-
-def print_table(rows: list[Row], file=sys.stdout) -> None:
-    header = ("workload", "msgs/s", "MB/s", "p50 ms", "p99 ms", "Redis peer", "Redis msgs/s",
-              "ratio", "target", "status")
-    body = []
-    for r in rows:
-        status = "" if r.met is None and not r.target else ("met" if r.met else
-                                                              "not met" if r.met is False else "no peer")
-        body.append((r.workload, L.fmt_rate(r.msgs_per_s), L.fmt_mb(r.mb_per_s), fmt_ms(r.p50_ms),
-                     fmt_ms(r.p99_ms), r.peer, L.fmt_rate(r.peer_msgs_per_s), L.fmt_ratio(r.ratio),
-                     r.target, status))
-    L.print_aligned(header, body, {1, 2, 3, 4, 6, 7}, file)
+    def row_of(self, kind: str, size: int, flush: str) -> Row | None:
+        return next((r for r in self.rows if r.kind == kind and r.size == size and r.flush == flush), None)
 
 
 def parse_args(argv=None):
@@ -387,7 +419,7 @@ def main(argv=None) -> int:
     os.makedirs(parent, exist_ok=True)
     machine, disk = L.machine_info(), L.disk_info(parent, REPO)
     L.print_machine(machine, disk)
-    print(f"stores: RocketMQ's default configuration, flush_disk_type as each row says"
+    print("stores: RocketMQ's default configuration, flush_disk_type as each row says"
           + (f", page_cache_window_commitlog = {args.cache_window} MiB" if args.cache_window else ""))
     if disk["fs_type"] in ("tmpfs", "ramfs", "devtmpfs"):
         print(f"error: {parent} is on {disk['fs_type']}; use --dir on a real disk", file=sys.stderr)
@@ -436,7 +468,11 @@ def main(argv=None) -> int:
           f"processes. p50/p99 = send to reply per request. '1 in flight' = one send() at a time, "
           f"on the store of the row above it; 'pyzmq echo ... (floor)' = right after it, the same "
           f"sizes to a bare pyzmq echo in another process (no store in it: the machine's floor "
-          f"for a put). ratio = our msgs/s / Redis msgs/s.")
+          f"for a put). 'fdatasync after pwrite (limit)' = right after the SYNC probe, {FSYNC_OPS} x "
+          f"(pwrite of one body + fdatasync) on the same disk: the SYNC probe's target is p50 <= that p50 "
+          f"+ 2x the echo's p50. 'c{CONCURRENT}' = unbatched send_async, {CONCURRENT} in flight from "
+          f"{CONCURRENT_PRODUCERS} producers, beside the echo at the same concurrency and Redis XADD "
+          f"-c {CONCURRENT} -P 1. ratio = our msgs/s / Redis msgs/s.")
     print(f"disk write limit measured at the start: {write.mb_per_s:,.0f} MB/s")
     print(f"page cache growth measured at the start (a 1 GiB file): {min(growth):.2f} us of CPU per "
           f"new 4 KiB page while recently freed memory lasts, {max(growth):.2f} us after it = "

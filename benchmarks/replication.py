@@ -94,7 +94,7 @@ def run_role(base: str, role: str, seconds: float, pool) -> dict:
         before = wrote(slave.address)
         sampler = LagSampler(master.address, slave.address)
         start_at = time.monotonic() + 1.0
-        job = pool.apply_async(produce_worker, (master.address, BODY, True, start_at, seconds, False,
+        job = pool.apply_async(produce_worker, (master.address, BODY, "batch", start_at, seconds, False,
                                                 BATCH_WINDOW_ONE))
         time.sleep(max(0.0, start_at - time.monotonic()))
         sampler.start()

@@ -11,9 +11,11 @@ then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_
 that the flusher starts on the first requests while the rest are appended; under ASYNC_FLUSH
 as soon as one client has EARLY_REPLIES requests in the round, so that a producer with a
 window in flight sends again meanwhile. Under SYNC_FLUSH the replies
-of `wait` puts are parked (services/append_waiters) and one `flush` wakeup is pushed; they are answered when the flusher publishes a `flushed`
-position past their records (the FLUSHED word is polled too, in case a publication was
-missed), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at once when FLUSH_FAILED is set.
+of `wait` puts are parked (services/append_waiters) and the flusher is woken through the `flush`
+FIFO (ipc/wakeup.py); they are answered when the FLUSHED word passes their records, read when
+the flusher's `flushed` FIFO wakes the appender and at every poll interval while replies are
+parked (which catches a lost wakeup), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at
+once when FLUSH_FAILED is set.
 With the transient pool it writes into the shared-memory buffer lent to the segment and pushes
 `commit` wakeups every `commit_commitlog_least_pages` pages.
 
@@ -55,6 +57,7 @@ from core.topics import TopicTable
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket
+from ipc.wakeup import Wakeup
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
 from services.append_outbox import ReplyOutbox
@@ -130,10 +133,9 @@ class Appender(ServiceLoop):
     # -- start ---------------------------------------------------------------------------
     def setup(self) -> None:
         cfg, cb = self.config, self.cb
-        self.flush_push = self._connect(zmq.PUSH, "flusher")
+        self.flush_wakeup = Wakeup(self.run_dir, "flush")
         self.commit_push = self._connect(zmq.PUSH, "committer") if self.pool is not None else None
-        self.flushed_sub = self._connect(zmq.SUB, "flusher.pub")
-        self.flushed_sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.flushed_wakeup = Wakeup(self.run_dir, "flushed")
         self.ha_push = self._connect(zmq.PUSH, "ha")
         if self.replica is not None:
             self.replica.subscribe(self._connect(zmq.SUB, "ha.pub"), self.poller)
@@ -171,7 +173,7 @@ class Appender(ServiceLoop):
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             self.front.bind(json.load(f)["appender"])
         self.poller.register(self.front, zmq.POLLIN)
-        self.poller.register(self.flushed_sub, zmq.POLLIN)
+        self.poller.register(self.flushed_wakeup.fileno(), zmq.POLLIN)
 
     def _progress(self, done: int, total: int) -> None:
         self.report_progress(done, total)
@@ -266,7 +268,7 @@ class Appender(ServiceLoop):
             else:
                 self._reply_put(identity, fields, PUT_OK, received)
         if parked:
-            self._push(self.flush_push, {"op": "flush", "upto": self.wrote})
+            self.flush_wakeup.notify()
 
     def _publish_positions(self) -> None:
         wrote = self.commitlog.queue.get_max_wrote_position()
@@ -288,14 +290,8 @@ class Appender(ServiceLoop):
             self._push(self.commit_push, {"op": "commit", "upto": wrote})
 
     def _answer_waiters(self) -> None:
-        if self.ready.get(self.flushed_sub):
-            while True:
-                try:
-                    note = unpack(self.flushed_sub.recv(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
-                if isinstance(note, dict) and isinstance(note.get("flushed"), int):
-                    self.flushed = max(self.flushed, note["flushed"])
+        if self.ready.get(self.flushed_wakeup.fileno()):
+            self.flushed_wakeup.drain()       # then FLUSHED, below: the flusher wrote it first
         if self.replica is not None:
             for p, status in self.replica.answers(self.ready):
                 self._reply_put(p.identity, p.fields, status, p.received)
@@ -488,9 +484,12 @@ class Appender(ServiceLoop):
 
     def close(self) -> None:
         for sock in (getattr(self, n, None) for n in
-                     ("front", "flush_push", "commit_push", "flushed_sub", "ha_push")):
+                     ("front", "commit_push", "ha_push")):
             if sock is not None:
                 sock.close(0)
+        for wakeup in (getattr(self, n, None) for n in ("flush_wakeup", "flushed_wakeup")):
+            if wakeup is not None:
+                wakeup.close()
         if self.replica is not None:
             self.replica.close()
         self.allocator.close()

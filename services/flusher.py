@@ -8,13 +8,15 @@ the pages every process dirtied through its own mapping). The flusher never writ
 - ASYNC_FLUSH: every `flush_interval_commitlog` ms (with `flush_commitlog_timed` false, also
   on a `flush` wakeup) when at least `flush_commitlog_least_pages` pages are dirty; after
   `flush_commitlog_thorough_interval` ms whatever is there.
-- SYNC_FLUSH: at once on a wakeup (PULL on ipc `flusher`, from the appender and committer), or
-  on new data seen within 5 ms, everything up to COMMITTED: one fdatasync answers every put
-  waiting below it (group commit).
+- SYNC_FLUSH: at once on a wakeup (the `flush` FIFO from the appender, ipc/wakeup.py; PULL on
+  ipc `flusher` from the committer and a slave's ha process), or on new data seen within 5 ms
+  (SYNC_POLL_MS: what catches a lost wakeup), everything up to COMMITTED: one fdatasync answers
+  every put waiting below it (group commit).
 
 After an advance it raises FLUSHED (and CONFIRM under SYNC_FLUSH), sets PHYSIC_TS to the
 LAST_STORE_TS it read before choosing its target (so never a record it has not flushed, up to
-the appender's order of writes), and publishes `{"flushed": offset}` on ipc `flusher.pub`.
+the appender's order of writes), and under SYNC_FLUSH then wakes the appender through the
+`flushed` FIFO (the appender reads FLUSHED after it; a lost wakeup costs it one poll interval).
 
 The checkpoint (`core.checkpoint.StoreCheckpoint`) gets physic timestamp, flushed and confirm
 offsets and copies of LOGICS_TS, INDEX_TS and DISPATCHED_DURABLE whenever one of them changed,
@@ -38,8 +40,8 @@ from core.checkpoint import StoreCheckpoint
 from core.fileops import REAL_FILE_OPS
 from core.least_pages import LeastPages
 from ipc.control_block import ServiceState, Word
-from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
+from ipc.wakeup import Wakeup
 from services.append_waiters import Histogram
 from services.base import ServiceLoop, run_service
 from services.segment_cache import SegmentCache
@@ -77,9 +79,10 @@ class Flusher(ServiceLoop):
         self.checkpoint = StoreCheckpoint(self.config.checkpoint_path, REAL_FILE_OPS)
         self.pull = make_socket(self.ctx, zmq.PULL)
         bind_ipc(self.pull, ipc_endpoint(self.run_dir, "flusher"))
-        self.pub = make_socket(self.ctx, zmq.PUB)
-        bind_ipc(self.pub, ipc_endpoint(self.run_dir, "flusher.pub"))
+        self.flush_wakeup = Wakeup(self.run_dir, "flush")
+        self.flushed_wakeup = Wakeup(self.run_dir, "flushed")
         self.poller.register(self.pull, zmq.POLLIN)
+        self.poller.register(self.flush_wakeup.fileno(), zmq.POLLIN)
 
     def run(self) -> int:
         try:
@@ -92,6 +95,7 @@ class Flusher(ServiceLoop):
 
     def run_once(self) -> None:
         woken = self.take_wakeups(self.pull)
+        woken = self.flush_wakeup.drain() or woken
         if self.sync:
             self.flush(0)
         else:
@@ -118,6 +122,7 @@ class Flusher(ServiceLoop):
                 reached = start + mf.flush(least_pages)
             except OSError as e:
                 cb.set(Word.FLUSH_FAILED, 1)
+                self.flushed_wakeup.notify()           # parked puts get FLUSH_DISK_TIMEOUT now
                 raise FlushFailed(f"flush of {mf.path} failed: {e}") from e
             if reached == flushed:
                 break
@@ -132,7 +137,8 @@ class Flusher(ServiceLoop):
                 cb.raise_to(Word.CONFIRM, flushed)
             if flushed == target and store_ts:
                 cb.raise_to(Word.PHYSIC_TS, store_ts)
-            self.pub.send(pack({"flushed": flushed}))
+            if self.sync:
+                self.flushed_wakeup.notify()           # after the words: the appender reads them next
 
     def write_checkpoint(self, force: bool) -> None:
         cb = self.cb
@@ -163,7 +169,9 @@ class Flusher(ServiceLoop):
     def close(self) -> None:
         self.segments.close()
         self.pull.close(0)
-        self.pub.close(0)
+        for wakeup in (getattr(self, n, None) for n in ("flush_wakeup", "flushed_wakeup")):
+            if wakeup is not None:
+                wakeup.close()
         super().close()
 
 

@@ -212,7 +212,7 @@ def prepare_run(config, store, host: str = "127.0.0.1", port: int = 0,
     os.makedirs(run, exist_ok=True)
     os.makedirs(config.logs_dir, exist_ok=True)
     for name in os.listdir(run):
-        if name.endswith(".sock") or name in ("address", "control", "endpoints.json"):
+        if name.endswith((".sock", ".fifo")) or name in ("address", "control", "endpoints.json"):
             os.unlink(os.path.join(run, name))
     endpoints = plan_endpoints(host, port, ha_port)
     if own_store_host:

@@ -33,3 +33,12 @@ def test_every_round_trip_of_the_run_is_timed_and_the_server_ends_with_the_conte
     assert all(0 < x < 1.0 for x in r["latencies"])
     assert sum(r["latencies"]) <= 0.3 + max(r["latencies"])     # only the timed window counts
     assert not proc.is_alive() and proc.exitcode == 0
+
+
+def test_a_window_keeps_that_many_requests_in_flight_and_every_one_is_answered_and_timed():
+    with EchoServer() as echo:
+        r = echo_worker(echo.address, 1024, 0.3, window=8)
+    lat = r["latencies"]
+    assert r["round_trips"] == len(lat) > 10 and all(0 < x < 5.0 for x in lat)
+    # With 8 in flight the requests overlap: their times add up to more than the run lasted.
+    assert sum(lat) > 0.3 + max(lat)
