@@ -18,13 +18,14 @@ user only.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import zmq
 
 from ipc.keyring import KeyDirectory, read_pair, read_public
 
-SECURITY_MODES = ("none", "curve")
+REFUSAL_LOG_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,14 @@ def client_keys(key_file: str | None, server_key_file: str | None, store: str | 
 
 
 class _KeyCallback:
-    """pyzmq's credentials provider: `callback(domain, key)` -> admitted."""
+    """pyzmq's credentials provider: `callback(domain, key)` -> admitted. A refused key is
+    logged once per REFUSAL_LOG_S with the count since (a client retries every few ms)."""
 
     def __init__(self, keys: KeyDirectory, log: logging.Logger):
         self.keys = keys
         self.log = log
         self.address = ""
+        self._refused: dict = {}                   # key -> [next log time, refusals not logged]
 
     def callback(self, domain, key: bytes) -> bool:
         z85 = key.decode("ascii")
@@ -93,10 +96,20 @@ class _KeyCallback:
             self.log.error("key directory unreadable, refusing %s: %s", z85, e)
             return False
         if rights is None:
-            self.log.warning("refused a client from %s: public key %s is unknown or revoked",
-                             self.address or "?", z85)
+            self._note_refusal(z85)
             return False
         return True
+
+    def _note_refusal(self, z85: str) -> None:
+        now = time.monotonic()
+        entry = self._refused.setdefault(z85, [0.0, 0])
+        entry[1] += 1
+        if now >= entry[0]:
+            self.log.warning("refused a client from %s: public key %s is unknown or revoked (%d "
+                             "handshake(s) since the last line)", self.address or "?", z85, entry[1])
+            entry[0], entry[1] = now + REFUSAL_LOG_S, 0
+        if len(self._refused) > 10_000:
+            self._refused.clear()
 
 
 def _authenticator(ctx: zmq.Context, provider: _KeyCallback):
