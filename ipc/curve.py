@@ -64,7 +64,7 @@ class CurveKeys:
             sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_public)
 
 
-def client_keys(key_file: str | None, server_key_file: str | None, store: str | None = None):
+def client_keys(key_file: str | None = None, server_key_file: str | None = None, store: str | None = None):
     """CurveKeys for a client given `key_file=` (None: an insecure client), the server key
     from `server_key_file=` or else `<store>/config/keys/server.key`."""
     if not key_file:

@@ -105,7 +105,7 @@ def run(args) -> int:
     _check_options(args)
     try:
         address = locate(args)[0]
-        with Admin(address, **args.keys) as admin:
+        with Admin(address, **args.curve_keys) as admin:
             if args.key is not None:
                 found = admin.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
             elif args.id is not None:

@@ -1,6 +1,6 @@
 """`mqstore start [--config FILE] [--store DIR] [--host H] [--port P] [--metrics-port M]
-[--role ROLE] [--master HOST:PORT] [--secure] [--foreground]`: run a store under the supervisor, in this
-terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
+[--role ROLE] [--master HOST:PORT] [--secure] [--foreground]`: run a store under the supervisor,
+in this terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
 
 The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` and `--port`
 (core.config); without `--store` or a store directory in the configuration the store is
@@ -10,7 +10,8 @@ unless `ha_listen_port` is configured, the appender on port+2 and the reader on 
 `--port 0` picks free ports. `--role` and `--master` set `broker_role` and
 `ha_master_address` (`--master` alone means a slave). `--secure` sets `security = "curve"`:
 every tcp socket is a CurveZMQ server admitting only the keys of `config/keys/` (`mqstore
-keys`; the store's own pair is made at the first secure start). Once every service runs, the supervisor prints
+keys`; the store's own pair is made at the first secure start).
+Once every service runs, the supervisor prints
 `mqstore ready at tcp://HOST:PORT` on stdout (and writes it to `<store>/run/address`).
 Records are stamped with the store host the store listens at (`--host` when it is an IP
 address other than 0.0.0.0 or ::, else 127.0.0.1, and PORT), which every offset message id

@@ -13,7 +13,8 @@ The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--s
 answered, 1 when it is not running or does not answer, 2 when there is no store directory.
 
 Also here, for every command that talks to a running store: `--store`/`--address` and `--key`,
-finding the front door and the keys of a secure store (`locate`, `client_keys`), one request to it (`call_front`), the checks of queue ids against
+finding the front door and the keys of a secure store (`locate`, `client_keys`), one request
+to it (`call_front`), the checks of queue ids against
 a topic's queues (`check_queue_ids`), and of timeouts and names before the store is asked
 (`check_timeout`, `check_name`).
 """
@@ -55,7 +56,7 @@ def add_store_arguments(parser, key_alias: bool = True) -> None:
                        help="store directory (its run/address names the front door; default: "
                             f"MQSTORE_STORE_PATH_ROOT_DIR when set, else {DEFAULT_STORE})")
     where.add_argument("--address", metavar="A", help="front door address, tcp://HOST:PORT")
-    parser.add_argument("--key-file", *(["--key"] if key_alias else []), dest="key", metavar="FILE",
+    parser.add_argument("--key-file", *(["--key"] if key_alias else []), dest="key_file", metavar="FILE",
                         help="a secure store: this client's key (NAME.key_secret, from `mqstore keys "
                              "--new`); without it, a command on the store's machine given --store "
                              "uses the store's own key when it can read it")
@@ -118,7 +119,7 @@ def client_keys(args) -> dict:
     """`key_file`/`server_key_file` for the clients of a command (ipc.curve.client_keys): those
     of `--key`/`--server-key`; without `--key`, for a secure store found with --store, the
     store's own pair when this user can read it; {} for an insecure store."""
-    key, server = getattr(args, "key", None), getattr(args, "server_key", None)
+    key, server = getattr(args, "key_file", None), getattr(args, "server_key", None)
     root = None if getattr(args, "address", None) else store_root(args)
     keys = KeyDirectory(root) if root else None
     if not key:
@@ -149,8 +150,8 @@ def _secure_store(root: str) -> bool:
 
 def locate(args) -> tuple[str, int | None, str | None]:
     """(front door address, supervisor pid or None, store root or None) for `args`; sets
-    `args.keys` (`client_keys`) for the clients the command opens."""
-    args.keys = client_keys(args)
+    `args.curve_keys` (`client_keys`) for the clients the command opens."""
+    args.curve_keys = client_keys(args)
     if args.address:
         return args.address, None, None
     root = store_root(args)
@@ -229,13 +230,13 @@ def run(args) -> int:
     require_store_dir(args)
     try:
         address, _pid, _root = locate(args)
-        reply = call_front(address, "status", args.timeout, args.keys)
+        reply = call_front(address, "status", args.timeout, args.curve_keys)
     except NotRunning as e:
         print(f"mqstore status: {e}", file=sys.stderr)
         return 1
     reply.pop("rid", None)
     reply.pop("status", None)
-    reply["groups"] = consumer_groups(address, args.timeout, args.keys)
+    reply["groups"] = consumer_groups(address, args.timeout, args.curve_keys)
     if args.json:
         print(json.dumps(reply, indent=2, sort_keys=True))
     else:

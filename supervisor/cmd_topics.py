@@ -89,7 +89,7 @@ def run(args) -> int:
             raise UsageError(f"--create {args.create}: a system topic of RocketMQ; it cannot be created")
     try:
         address = locate(args)[0]
-        with Admin(address, **args.keys) as admin:
+        with Admin(address, **args.curve_keys) as admin:
             if args.create:
                 made = admin.create_topic(args.create, args.queues)
                 print(f"topic {made['topic']} has {made['queues']} queues")

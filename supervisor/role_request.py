@@ -22,7 +22,7 @@ def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
     require_store_dir(args)
     try:
         address, _pid, _root = locate(args)
-        answer = ask_front(address, op, fields, min(args.timeout, 10.0), args.keys)
+        answer = ask_front(address, op, fields, min(args.timeout, 10.0), args.curve_keys)
         if not isinstance(answer, dict) or answer.get("status") != "OK":
             reason = answer.get("reason") if isinstance(answer, dict) else answer
             print(f"mqstore {op}: the store refused: {reason}", file=sys.stderr)
@@ -30,7 +30,8 @@ def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
         deadline = time.monotonic() + args.timeout
         while True:
             try:
-                status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())), args.keys)
+                status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())),
+                                    args.curve_keys)
             except NotRunning:            # busy truncating a diverged log: ask again
                 if time.monotonic() > deadline:
                     raise
