@@ -209,10 +209,8 @@ class StoreConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
     timer_precision_ms: int = 1000
-    # Security (ipc/curve.py, docs/OPERATIONS.md "Security"): "curve" makes every client-facing
-    # tcp socket and the ha port a CurveZMQ server admitting only the keys of config/keys/.
-    # A slave of a secure master connects with `ha_key_file` (its replica key's NAME.key_secret)
-    # and `ha_master_server_key_file` (the master's server.key).
+    # Security (docs/OPERATIONS.md): "curve": CurveZMQ on every tcp socket; a slave of a secure
+    # master connects with its replica key's NAME.key_secret and the master's server.key.
     security: str = "none"
     ha_key_file: str = ""
     ha_master_server_key_file: str = ""
@@ -243,8 +241,8 @@ class StoreConfig:
             object.__setattr__(self, key, getattr(self, key).upper())
         object.__setattr__(self, "security", self.security.lower())
         for key in ("ha_key_file", "ha_master_server_key_file"):
-            if getattr(self, key):
-                object.__setattr__(self, key, os.path.abspath(os.path.expanduser(getattr(self, key))))
+            if value := getattr(self, key):
+                object.__setattr__(self, key, os.path.abspath(os.path.expanduser(value)))
         self._correct_as_rocketmq()
         self._validate()
 
@@ -294,8 +292,7 @@ class StoreConfig:
         _check_choice("broker_role", self.broker_role, BROKER_ROLES)
         _check_choice("security", self.security, SECURITY_MODES)
         if bool(self.ha_key_file) != bool(self.ha_master_server_key_file):
-            raise ConfigError("ha_key_file and ha_master_server_key_file: give both (a slave's key "
-                              "and its master's server.key) or neither", "ha_key_file")
+            raise ConfigError("ha_key_file, ha_master_server_key_file: give both or neither", "ha_key_file")
         if self.index_file_size > JAVA_INT_MAX:
             raise ConfigError(
                 f"max_hash_slot_num = {self.max_hash_slot_num!r}, max_index_num = "

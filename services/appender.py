@@ -205,8 +205,7 @@ class Appender(ServiceLoop):
 
     def _take_requests(self) -> None:
         sock = self.front
-        handle = self.handlers.handle
-        secure = self.handlers.guard is not None
+        handle, secure = self.handlers.handle, self.handlers.guard is not None
         for _ in range(MAX_GROUP):
             try:
                 head = sock.recv(_NOBLOCK, copy=False)
@@ -222,8 +221,7 @@ class Appender(ServiceLoop):
             self._identity = identity = head.bytes
             self._frames = frames
             self._is_put = False
-            out = handle([f.buffer for f in frames[1:]], received, log,
-                         head.get("User-Id") if secure else None)
+            out = handle([f.buffer for f in frames[1:]], received, log, head.get("User-Id") if secure else None)
             if out is not None:
                 self._send(identity, out)
                 if self._is_put:
