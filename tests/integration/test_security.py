@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import socket
+import stat
 import threading
 
 import pytest
@@ -61,6 +62,7 @@ def test_no_key_an_unknown_key_and_a_revoked_key_get_no_answer_and_store_nothing
                                             ("reader", "topics", (), {})):
             assert secure.call(service, key, op, *frames, timeout=NO_ANSWER_S, **fields) is None, (key, op)
     assert _wrote(secure) == before
+    assert stat.S_IMODE(os.stat(os.path.join(secure.root, "run")).st_mode) == 0o700
     with open(os.path.join(secure.root, "logs", "supervisor.log")) as f:
         log = f.read()
     assert "refused a client" in log

@@ -146,3 +146,26 @@ def test_the_security_config_key():
         StoreConfig(ha_key_file="/x/slave.key_secret")
     assert e.value.key == "ha_key_file"
     assert StoreConfig.from_sources(env={"MQSTORE_SECURITY": "curve"}).security == "curve"
+
+
+def test_the_keys_command(tmp_path, capsys):
+    from supervisor.cli import main
+    root, out = str(tmp_path / "store"), str(tmp_path / "out")
+    os.makedirs(root)
+    assert main(["keys", "--store", root, "--new", "billing", "--role", "producer", "--topics",
+                 "orders,pay*", "--out", out]) == 0
+    assert os.path.exists(os.path.join(out, "billing.key_secret"))
+    assert os.path.exists(os.path.join(root, "config", "keys", "server.key"))
+    for argv in (["--new", "bad name"], ["--new", "billing"], ["--revoke", "nobody"],
+                 ["--new", "c", "--role", "producer", "--groups", "g"],
+                 ["--new", "r", "--role", "replica", "--topics", "t"]):
+        capsys.readouterr()
+        assert main(["keys", "--store", root, "--out", out, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("mqstore keys: ") and err.count("\n") == 1, err
+    assert main(["keys", "--store", root, "--revoke", "billing"]) == 0
+    capsys.readouterr()
+    assert main(["keys", "--store", root, "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "billing" in listed and "REVOKED" in listed and "put orders,pay*" in listed
+    assert main(["keys", "--store", str(tmp_path / "none"), "--list"]) == 2
