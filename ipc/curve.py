@@ -143,9 +143,3 @@ class ServerSecurity:
     def stop(self) -> None:
         self._auth.stop()
 
-
-def server_security(mode: str, ctx: zmq.Context, store_root: str, log) -> ServerSecurity | None:
-    """A started ServerSecurity when `mode` is "curve", None for "none"."""
-    if mode != "curve":
-        return None
-    return ServerSecurity(ctx, store_root, log).start()

@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -35,6 +36,7 @@ ACL_FILE = "acl.json"
 SERVER = "server"
 ROLES = ("admin", "producer", "consumer", "replica")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+RECHECK_S = 0.1            # how often `lookup` looks at acl.json again (a miss always looks)
 
 
 class KeyringError(ValueError):
@@ -151,6 +153,8 @@ class KeyDirectory:
         self._stamp = None
         self._by_key: dict = {}
         self._server_public = b""
+        self._checked = float("-inf")
+        self._lock = threading.Lock()          # the ZAP thread and the request guard share it
 
     # -- the server pair --------------------------------------------------------------------
     def ensure_server_pair(self) -> bool:
@@ -244,11 +248,22 @@ class KeyDirectory:
 
     def lookup(self, public_key_z85: str) -> KeyRights | None:
         """The rights of an admitted key (INTERNAL for the store's own), None when the key is
-        unknown or revoked."""
-        self._refresh()
+        unknown or revoked. The table is looked at again every RECHECK_S (a revocation takes
+        effect within that) and at every miss (a key registered a moment ago is found)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= RECHECK_S:
+                self._refresh()
+                self._checked = now
+            rec = self._find(public_key_z85)
+            if rec is None and now != self._checked:
+                self._refresh()
+                self._checked = now
+                rec = self._find(public_key_z85)
+            return rec
+
+    def _find(self, public_key_z85: str) -> KeyRights | None:
         if self._server_public and public_key_z85 == self._server_public.decode("ascii"):
             return INTERNAL
         rec = self._by_key.get(public_key_z85)
-        if rec is None or rec.revoked:
-            return None
-        return rec
+        return None if rec is None or rec.revoked else rec
