@@ -5,8 +5,8 @@ answered ERROR FORBIDDEN, logged, and never reaches the engine.
 
 `user` is the ZAP User-Id of the connection the request came on (the client's Z85 public key,
 set by ipc/curve.py's authenticator; `zmq.Frame.get("User-Id")`). The key's record is looked
-up at each request (the table is re-read when it changes), so a key revoked while its
-connection is open is refused from its next request.
+up at each request (the table is looked at again every 0.1 s, ipc/keyring.py), so a key
+revoked while its connection is open is refused from 0.1 s after the revocation.
 
 Which right each op needs (`RULES`): puts need `put` on the topic; reads, queries, offsets and
 group membership need `read` on the topic (and the group when there is one); `view_by_id` and
