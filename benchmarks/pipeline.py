@@ -51,7 +51,8 @@ consumer (>= 0.8x).
 
 CURVE rows (issue 32): the batched x1 run and the one-at-a-time probe again, for the last body
 size and the first flush type, on a store started `--secure` (CurveZMQ, an admin key), each
-beside its row without CURVE from the same run (target: batched >= 0.7x).
+beside its row without CURVE from the same run (target: batched >= 0.7x), then the floor of
+CURVE itself (benchmarks/_curve_floor.py: raw pyzmq requests of a batch's size, with and without).
 
 MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
 ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
@@ -84,6 +85,7 @@ from _pipeline_side import (                                                  # 
     batch_window, consume, percentile, produce_worker, secure_keys, warm_worker, worker_ready,
 )
 from _echo_floor import EchoServer, echo_worker                               # noqa: E402
+from _curve_floor import floor as curve_floor                                 # noqa: E402
 from _client_rows import aio_consume, group_consume                           # noqa: E402
 from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
 from _redis_peer import print_redis, timed_xadd                               # noqa: E402
@@ -333,6 +335,10 @@ class PipelineBench:
                 self.rows.append(row)
                 say(f"  {row.workload}: {L.fmt_rate(row.msgs_per_s)} msgs/s, p50 {row.p50_ms:.3f} ms, "
                     f"p99 {row.p99_ms:.3f} ms, {L.fmt_ratio(row.ratio)} of the row without CURVE")
+            f = curve_floor(BATCH * size, self.plan.probe_s)       # what encryption alone leaves
+            self.rows.append(Row(f"raw pyzmq {BATCH}x{size_name(size)} requests CURVE (floor)", f["curve_rps"] * BATCH,
+                                 f["curve_rps"] * BATCH * size / L.MB, peer="the same without CURVE",
+                                 peer_msgs_per_s=f["off_rps"] * BATCH, kind="floor", size=size, flush=flush, notes=f))
         finally:
             store.stop()
             shutil.rmtree(store.root, ignore_errors=True)
