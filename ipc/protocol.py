@@ -136,7 +136,6 @@ class Handlers:
         self._ops = {}
         self.guard = None           # secure mode: an ipc.access.AccessGuard, asked before any op
 
-
     def op(self, name: str, body_frames: int | None = 0):
         def register(fn):
             self._ops[name] = (fn, body_frames)

@@ -23,6 +23,7 @@ from core.heap import keep_freed_heap
 from ipc.access import AccessGuard
 from ipc.control_block import ControlBlock, ServiceState, Slot, read_control_name
 from ipc.curve import CurveKeys, ServerSecurity
+from ipc.keyring import KeyDirectory
 from ipc.protocol import pack
 from ipc.sockets import ipc_endpoint, make_socket
 
@@ -144,7 +145,6 @@ class ServiceLoop:
         secure)."""
         if not self.secure:
             return None
-        from ipc.keyring import KeyDirectory
         return CurveKeys.internal(KeyDirectory(self.config.store_path_root_dir))
 
     # -- helpers for loops ---------------------------------------------------------------

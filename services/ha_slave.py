@@ -37,8 +37,8 @@ from core.fileops import REAL_FILE_OPS
 from core.replica_log import ReplicaDamaged, ReplicaLog
 from ipc import ha_protocol as wire
 from ipc.control_block import Word
-from ipc.protocol import OK, ProtocolError, pack
 from ipc.curve import CurveKeys
+from ipc.protocol import OK, ProtocolError, pack
 from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
 from services.append_allocate import AllocatorClient
