@@ -17,6 +17,16 @@ def add_common(parser) -> None:
                         help=f"seconds to wait for the change (default {DEFAULT_TIMEOUT_S:g})")
 
 
+def _settled(status: dict, want_slave: bool) -> bool:
+    repl = status.get("replication", {})
+    if repl.get("pending") or status.get("supervisor", {}).get("phase") != "running":
+        return False
+    if (repl.get("role") == "SLAVE") != want_slave:
+        return False
+    states = {s["name"]: s["state"] for s in status.get("services", [])}
+    return states.get("appender") == "RUNNING" and states.get("ha") == "RUNNING"
+
+
 def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
     check_timeout(args.timeout)
     require_store_dir(args)
