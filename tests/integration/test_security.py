@@ -306,3 +306,17 @@ def test_a_replica_key_follows_a_secure_master_and_an_unknown_key_cannot(tmp_pat
             slave.ensure_stopped()
         m.ensure_stopped()
 
+
+
+def test_promote_on_a_secure_store_needs_an_admin_key(tmp_path):
+    s = SecureStore(tmp_path, "lone-slave", **FAST_HA)
+    producer = s.new_key("prod", "producer")
+    s.start("--role", "SLAVE")
+    try:
+        done = cli("promote", "--store", s.root, "--key", producer, "--timeout", "20")
+        assert done.returncode == 1 and "admin" in done.stderr, done.stderr
+        done = cli("promote", "--store", s.root, "--timeout", "60")          # the store's own key
+        assert done.returncode == 0, done.stderr
+        assert "promoted: role ASYNC_MASTER" in done.stdout
+    finally:
+        s.ensure_stopped()
