@@ -45,6 +45,7 @@ class StoreProcess:
         self.args = tuple(args)                     # more `mqstore start` options
         self.proc = None
         self.address = None
+        self.keys: dict = {}                        # a secure store: the clients' key files
 
     def start(self, timeout: float = 120.0) -> "StoreProcess":
         os.makedirs(self.root)
@@ -94,15 +95,26 @@ class StoreProcess:
                 self.proc.wait()
 
 
+def secure_keys(store_root: str, out_dir: str) -> dict:
+    """An admin key registered with the secure store at `store_root` (its server pair exists
+    once it started): the clients' key_file/server_key_file."""
+    from ipc.keyring import KeyDirectory, make_pair, read_public, rights_for_role
+    keys = KeyDirectory(store_root)
+    public, secret = make_pair(out_dir, "bench")
+    keys.register(rights_for_role("bench", read_public(public).decode(), "admin"))
+    return {"key_file": secret, "server_key_file": keys.server_public_path}
+
+
 # ---- producers (run in the pool's processes) ----------------------------------------------
 
 def produce_worker(address: str, body_size: int, mode: str, start_at: float, seconds: float,
                    one_at_a_time: bool = False, window: int = BATCH_WINDOW_MANY,
-                   single_window: int = SINGLE_WINDOW) -> dict:
+                   single_window: int = SINGLE_WINDOW, keys: dict | None = None) -> dict:
     """Send from `start_at` (time.monotonic, system-wide) for `seconds`; counts and latencies.
     `mode`: "single" (send_async, auto-batching off: one put each, `single_window` in flight),
     "batch" (send_batch_async of BATCH), "auto" (send_async with the auto-batching defaults,
-    AUTO_WINDOW messages awaiting their result), "aio" (the same through ipc.aio.Producer)."""
+    AUTO_WINDOW messages awaiting their result), "aio" (the same through ipc.aio.Producer).
+    `keys`: key_file/server_key_file of a secure store (`secure_keys`)."""
     from ipc import Producer
     if mode not in ("single", "batch", "auto", "aio"):
         raise ValueError(f"produce_worker: mode {mode!r}")
@@ -114,7 +126,7 @@ def produce_worker(address: str, body_size: int, mode: str, start_at: float, sec
     lat: list = []
     errors = collections.Counter()
     sent = 0
-    with Producer(address, timeout=30.0, window=1024, auto_batch=mode == "auto") as p:
+    with Producer(address, timeout=30.0, window=1024, auto_batch=mode == "auto", **(keys or {})) as p:
         p.queue_count(TOPIC)                       # topic_info before the clock starts
         window = window if batched else AUTO_WINDOW if mode == "auto" else single_window
         pending: collections.deque = collections.deque()

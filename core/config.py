@@ -51,6 +51,7 @@ INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE = 40, 4, 20
 ENV_PREFIX = "MQSTORE_"
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+SECURITY_MODES = ("none", "curve")
 FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
                "max_hash_slot_num", "max_index_num", "store_path_commit_log")
 STORE_FORMAT_FILE = "store_format.json"
@@ -213,6 +214,11 @@ class StoreConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
     timer_precision_ms: int = 1000
+    # Security (docs/OPERATIONS.md): "curve": CurveZMQ on every tcp socket; a slave of a secure
+    # master connects with its replica key's NAME.key_secret and the master's server.key.
+    security: str = "none"
+    ha_key_file: str = ""
+    ha_master_server_key_file: str = ""
 
     def __new__(cls, *args, **kwargs):
         for key in kwargs:                  # the generated __init__ would raise a TypeError
@@ -238,6 +244,10 @@ class StoreConfig:
             object.__setattr__(self, "store_path_commit_log", os.path.abspath(os.path.expanduser(log_dir)))
         for key in ("flush_disk_type", "broker_role"):
             object.__setattr__(self, key, getattr(self, key).upper())
+        object.__setattr__(self, "security", self.security.lower())
+        for key in ("ha_key_file", "ha_master_server_key_file"):
+            if value := getattr(self, key):
+                object.__setattr__(self, key, os.path.abspath(os.path.expanduser(value)))
         self._correct_as_rocketmq()
         self._validate()
 
@@ -285,6 +295,9 @@ class StoreConfig:
                 raise ConfigError(f"{key} = true: not supported by mqstore ({why}); leave it false", key)
         _check_choice("flush_disk_type", self.flush_disk_type, FLUSH_DISK_TYPES)
         _check_choice("broker_role", self.broker_role, BROKER_ROLES)
+        _check_choice("security", self.security, SECURITY_MODES)
+        if bool(self.ha_key_file) != bool(self.ha_master_server_key_file):
+            raise ConfigError("ha_key_file, ha_master_server_key_file: give both or neither", "ha_key_file")
         if self.index_file_size > JAVA_INT_MAX:
             raise ConfigError(
                 f"max_hash_slot_num = {self.max_hash_slot_num!r}, max_index_num = "

@@ -18,8 +18,9 @@ class Admin:
     """Administration of a running store at `address` (or `store=DIR`: `DIR/run/address`)."""
 
     def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
-                 connection: Connection | None = None):
-        self._conn = connection or Connection(address, store=store, timeout=timeout, background=False)
+                 connection: Connection | None = None, key_file: str | None = None, server_key_file: str | None = None):
+        self._conn = connection or Connection(address, store=store, timeout=timeout, background=False,
+                                              key_file=key_file, server_key_file=server_key_file)
         self._own = connection is None
 
     @property

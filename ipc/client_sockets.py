@@ -20,8 +20,9 @@ class ClientSockets:
     """`socks`, `fds` (ZMQ_FD), `links` and `endpoints` by socket name; `link_fds` maps a
     monitor's descriptor to its socket's name; `fdpoll` polls all of them and `wake_r`."""
 
-    def __init__(self, ctx: zmq.Context):
+    def __init__(self, ctx: zmq.Context, curve=None):
         self._ctx = ctx
+        self._curve = curve                      # secure mode: the client's CurveKeys
         self.socks: dict = {}
         self.fds: dict = {}
         self.links: dict = {}
@@ -35,7 +36,7 @@ class ClientSockets:
     def replace(self, name: str, endpoint: str) -> bool:
         """Connect a fresh socket `name` to `endpoint`, closing the one it replaces; True when
         there was one."""
-        sock = make_socket(self._ctx, zmq.DEALER)
+        sock = make_socket(self._ctx, zmq.DEALER, curve=self._curve)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         link = LinkWatch(sock)                   # before connect: the first handshake is seen
         sock.connect(endpoint)

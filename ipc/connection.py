@@ -50,6 +50,7 @@ from ipc.client_common import (  # noqa: F401  (re-exported: the client's names 
     normalize_address, raise_for_error, reachable_endpoint, resolve_address,
 )
 from ipc.client_sockets import ClientSockets
+from ipc.curve import client_keys
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
 
 log = logging.getLogger("mqstore.client")
@@ -71,7 +72,8 @@ class Connection:
 
     def __init__(self, address: str | None = None, *, store: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, window: int = DEFAULT_WINDOW,
-                 background: bool = True, context: zmq.Context | None = None):
+                 background: bool = True, context: zmq.Context | None = None,
+                 key_file: str | None = None, server_key_file: str | None = None):
         if window < 1:
             raise ValueError("window must be at least 1")
         self.store = store if not address else None
@@ -86,7 +88,8 @@ class Connection:
         self._pending: dict = {}
         self._busy: dict = {}                   # socket name -> requests in flight on it
         self._rids = itertools.count(1)
-        self._sockets = ClientSockets(self._ctx)
+        self.curve = client_keys(key_file, server_key_file, store)   # secure mode: ipc/curve.py
+        self._sockets = ClientSockets(self._ctx, self.curve)
         self._socks = self._sockets.socks       # name -> socket (the same dict)
         self.endpoints = self._sockets.endpoints
         self._leader = None

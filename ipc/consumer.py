@@ -86,7 +86,7 @@ class Consumer:
                  pipeline_depth: int = 4, mode: str = CLUSTERING,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-                 offset_file: str | None = None):
+                 offset_file: str | None = None, key_file: str | None = None, server_key_file: str | None = None):
         if not group or not topic:
             raise ValueError("a Consumer needs a group and a topic")
         if mode not in (CLUSTERING, BROADCASTING):
@@ -130,7 +130,8 @@ class Consumer:
         self._closed = False
         self._iterating = None       # [batch, handed]: the batch a `for` loop is going through
         self.last_error: str | None = None
-        self._conn = connection or Connection(address, store=store, timeout=timeout)
+        self._conn = connection or Connection(address, store=store, timeout=timeout,
+                                              key_file=key_file, server_key_file=server_key_file)
         self._own = connection is None
         # repeat: the reader answers a pull with as many pulls in a row as max_msgs allows
         fields = {"group": group, "topic": topic, "max_msgs": max_msgs, "format": "raw", "repeat": max_msgs}

@@ -227,12 +227,13 @@ class Producer:
                  window: int = 256, retries: int = 2, default_topic_queues: int | None = None,
                  connection: Connection | None = None, auto_batch: bool = True,
                  linger_ms: float = DEFAULT_LINGER_MS, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
-                 buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES):
+                 buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES, key_file: str | None = None, server_key_file: str | None = None):
         timeout = check_timeout(timeout)
         linger_ms = check_wait_ms(linger_ms, "linger_ms")
         batch_max_bytes = check_int(batch_max_bytes, "batch_max_bytes", 1)
         buffer_max_bytes = check_int(buffer_max_bytes, "buffer_max_bytes", 1)
-        self._conn = connection or Connection(address, store=store, timeout=timeout, window=window)
+        self._conn = connection or Connection(address, store=store, timeout=timeout, window=window,
+                                              key_file=key_file, server_key_file=server_key_file)
         self._own = connection is None
         self.retries = retries
         self.default_topic_queues = default_topic_queues

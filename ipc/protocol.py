@@ -31,6 +31,7 @@ class ErrorCode(enum.IntEnum):
     TOO_MANY_FRAMES = 9        # body frame count does not match the request
     UNKNOWN_MEMBER = 10        # no such member of the group (session ended, left, never joined)
     NOT_QUEUE_OWNER = 11       # a member's offset commit for a queue it does not own (any more)
+    FORBIDDEN = 12             # secure mode: the request's key may not do this (ipc/access.py)
 
 
 class ProtocolError(Exception):
@@ -133,6 +134,7 @@ class Handlers:
 
     def __init__(self):
         self._ops = {}
+        self.guard = None           # secure mode: an ipc.access.AccessGuard, asked before any op
 
     def op(self, name: str, body_frames: int | None = 0):
         def register(fn):
@@ -143,13 +145,16 @@ class Handlers:
     def names(self) -> list[str]:
         return sorted(self._ops)
 
-    def handle(self, frames: list, peer=None, log=None) -> list | None:
-        """Decode, dispatch and return reply frames or None (deferred); never raises."""
+    def handle(self, frames: list, peer=None, log=None, user: str | None = None) -> list | None:
+        """Decode, dispatch and return reply frames or None (deferred); never raises. With a
+        `guard`, `user` (the ZAP User-Id of the request's connection) must be allowed the op."""
         rid = 0
         try:
             env = decode_frame0(frames)
             rid = readable_rid(env)
             check_envelope(env)
+            if self.guard is not None:
+                self.guard.check(env, user)
             entry = self._ops.get(env["op"])
             if entry is None:
                 raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op '{env['op']}'")

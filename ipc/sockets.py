@@ -1,7 +1,8 @@
 """Socket helpers shared by services and clients: endpoint names under a store's `run/`
 directory, and sockets set up the way DESIGN.md section 4 requires (ROUTER_MANDATORY, raised
 high-water marks, no linger on close) and able to bind and connect to IPv6 addresses as well as
-IPv4 ones (ZMQ_IPV6: without it ZeroMQ refuses a `tcp://[::1]:P` endpoint)."""
+IPv4 ones (ZMQ_IPV6: without it ZeroMQ refuses a `tcp://[::1]:P` endpoint), with the CURVE
+keys of secure mode when they are given (`curve`: an ipc.curve.CurveKeys, server or client)."""
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,11 @@ def ipc_endpoint(run_dir: str, name: str) -> str:
     return f"ipc://@mqstore-{digest}-{name}"
 
 
-def make_socket(ctx: zmq.Context, kind: int, *, router_mandatory: bool = True) -> zmq.Socket:
+def make_socket(ctx: zmq.Context, kind: int, *, router_mandatory: bool = True,
+                curve=None) -> zmq.Socket:
     sock = ctx.socket(kind)
+    if curve is not None:
+        curve.apply(sock)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)

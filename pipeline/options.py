@@ -64,6 +64,25 @@ def one_topic(options) -> str:
     return next(iter(names))
 
 
+def client_keys(options) -> dict:
+    """A secure store (docs/OPERATIONS.md "Security"): the `keyFile` option (this client's
+    NAME.key_secret) and `serverKeyFile` (the store's server.key; default
+    `<path>/config/keys/server.key`), as the clients' `key_file=`/`server_key_file=`; {}
+    without `keyFile`. The files must be readable where the tasks run (every executor)."""
+    key = text(options, "keyFile")
+    server = text(options, "serverKeyFile")
+    if key is None:
+        if server is not None:
+            raise ValueError("option serverKeyFile needs keyFile (the client's NAME.key_secret)")
+        return {}
+    if server is None:
+        if text(options, "path") is None:
+            raise ValueError("option keyFile with address needs serverKeyFile (the store's server.key)")
+        server = os.path.join(store_root(options), "config", "keys", "server.key")
+    return {"key_file": os.path.abspath(os.path.expanduser(key)),
+            "server_key_file": os.path.abspath(os.path.expanduser(server))}
+
+
 def endpoint(options) -> tuple[str | None, str | None]:
     """(address, store root) of a running store, one of them None: the `address` option
     (tcp://host:port), or the store at `path`, whose run/address the clients read again when

@@ -51,16 +51,19 @@ class QueueRange(InputPartition):
     start: int
     end: int
     tag_filter: str | None
+    key_file: str | None = None              # a secure store: options.client_keys
+    server_key_file: str | None = None
 
 
-def plan_queue_ranges(where: tuple, topic: str, begin: dict, end: dict, tag_filter) -> list:
+def plan_queue_ranges(where: tuple, topic: str, begin: dict, end: dict, tag_filter,
+                      keys: dict | None = None) -> list:
     """The partitions between two sets of queue offsets (queue id -> next offset): one per
     queue that moved."""
     ranges = []
     for q, e in sorted(end.items(), key=lambda kv: int(kv[0])):
         s = begin.get(q, 0)
         if e > s:
-            ranges.append(QueueRange(*where, topic, int(q), s, e, tag_filter))
+            ranges.append(QueueRange(*where, topic, int(q), s, e, tag_filter, **(keys or {})))
     return ranges
 
 
@@ -68,7 +71,8 @@ def read_queue_range(part: QueueRange, group: str = "spark"):
     """Yield Arrow record batches of the messages with queue offsets in [start, end)
     (tag-filtered)."""
     from ipc.connection import Connection
-    conn = Connection(part.address, store=part.store, background=False)
+    conn = Connection(part.address, store=part.store, background=False, key_file=part.key_file,
+                      server_key_file=part.server_key_file)
     out = Columns()
     try:
         offset, waited_since = part.start, None
@@ -131,6 +135,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         check_schema(schema)
         self.topic = opt.one_topic(options)
         self.where = opt.endpoint(options)
+        self.keys = opt.client_keys(options)
         self.tag_filter = opt.text(options, "tagFilter")
         self.group = opt.text(options, "group")
         self.starting = opt.text(options, "startingOffsets", "earliest")
@@ -156,7 +161,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admin(self, timeout: float = 10.0):
         from ipc.admin import Admin
-        return Admin(self.where[0], store=self.where[1], timeout=timeout)
+        return Admin(self.where[0], store=self.where[1], timeout=timeout, **self.keys)
 
     def _bounds(self) -> dict:
         """queue id (str) -> (min offset, max offset) of the topic's queues now."""
@@ -211,7 +216,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list:
         return plan_queue_ranges(self.where, self.topic, self._of_this_topic(start), self._of_this_topic(end),
-                                 self.tag_filter)
+                                 self.tag_filter, self.keys)
 
     def read(self, partition: QueueRange):
         return read_queue_range(partition, self.group or "spark")

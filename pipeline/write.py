@@ -64,11 +64,12 @@ def _messages(batch, topic: str | None):
             yield t, queue_id, Message(topic=t, body=body, tags=tag, keys=key, properties=dict(prop or ()))
 
 
-def produce_batches(batches, where: tuple, topic: str | None, batch_size: int, in_flight: int) -> Produced:
+def produce_batches(batches, where: tuple, topic: str | None, batch_size: int, in_flight: int,
+                    keys: dict | None = None) -> Produced:
     """Send the rows of `batches` (Arrow record batches) in put_batches of one topic and queue
     to the store `where` (options.endpoint); wait for every acknowledgement."""
     from ipc.producer import Producer
-    producer = Producer(where[0], store=where[1])
+    producer = Producer(where[0], store=where[1], **(keys or {}))
     pending: collections.deque = collections.deque()
     count = size = 0
 
@@ -110,12 +111,13 @@ class _Target:
 
     def __init__(self, options):
         self.where = opt.endpoint(options)
+        self.keys = opt.client_keys(options)
         self.topic = opt.one_topic(options) if opt.text(options, "topic") else None
         self.batch_size = opt.integer(options, "batchSize", 100, 1)
         self.in_flight = opt.integer(options, "inFlight", 8, 1)
 
     def write(self, iterator) -> Produced:
-        return produce_batches(iterator, self.where, self.topic, self.batch_size, self.in_flight)
+        return produce_batches(iterator, self.where, self.topic, self.batch_size, self.in_flight, self.keys)
 
 
 class ProducerWriter(_Target, DataSourceArrowWriter):

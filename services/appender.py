@@ -169,7 +169,7 @@ class Appender(ServiceLoop):
         self._bind()
 
     def _bind(self) -> None:
-        self.front = make_socket(self.ctx, zmq.ROUTER)
+        self.front = make_socket(self.ctx, zmq.ROUTER, curve=self.server_keys(self.handlers))
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             self.front.bind(json.load(f)["appender"])
         self.poller.register(self.front, zmq.POLLIN)
@@ -209,7 +209,7 @@ class Appender(ServiceLoop):
 
     def _take_requests(self) -> None:
         sock = self.front
-        handle = self.handlers.handle
+        handle, secure = self.handlers.handle, self.handlers.guard is not None
         taken = []
         for _ in range(MAX_GROUP):
             try:
@@ -230,7 +230,7 @@ class Appender(ServiceLoop):
             self._identity = identity = head.bytes
             self._frames = frames
             self._is_put = False
-            out = handle([f.buffer for f in frames[1:]], received, log)
+            out = handle([f.buffer for f in frames[1:]], received, log, head.get("User-Id") if secure else None)
             if out is not None:
                 self._send(identity, out)
                 if self._is_put:

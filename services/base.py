@@ -20,7 +20,10 @@ import zmq
 
 from core.config import StoreConfig
 from core.heap import keep_freed_heap
+from ipc.access import AccessGuard
 from ipc.control_block import ControlBlock, ServiceState, Slot, read_control_name
+from ipc.curve import CurveKeys, ServerSecurity
+from ipc.keyring import KeyDirectory
 from ipc.protocol import pack
 from ipc.sockets import ipc_endpoint, make_socket
 
@@ -46,6 +49,7 @@ class ServiceLoop:
         self.ready: dict = {}
         self._signal_r = self._signal_w = None       # the signal pipe, from run()
         self._next_stats = 0.0
+        self._security = None                        # secure mode: this process's ZAP handler
         self.events = make_socket(self.ctx, zmq.PUSH)
         self.events.setsockopt(zmq.SNDTIMEO, 0)
         self.events.connect(ipc_endpoint(self.run_dir, "events"))
@@ -112,10 +116,36 @@ class ServiceLoop:
 
     def close(self) -> None:
         self.events.close(0)
+        if self._security is not None:
+            self._security.stop()
         if self._signal_r is not None:
             signal.set_wakeup_fd(-1)
             os.close(self._signal_r)
             os.close(self._signal_w)
+
+    # -- secure mode (ipc/curve.py) --------------------------------------------------------
+    @property
+    def secure(self) -> bool:
+        return self.config.security == "curve"
+
+    def server_keys(self, handlers=None) -> CurveKeys | None:
+        """The CURVE server keys for a tcp socket this process binds (None when not secure),
+        with this process's ZAP handler started before the first; `handlers` get the
+        permission guard."""
+        if not self.secure:
+            return None
+        if self._security is None:
+            self._security = ServerSecurity(self.ctx, self.config.store_path_root_dir, log).start()
+        if handlers is not None:
+            handlers.guard = AccessGuard(self._security.keys, logging.getLogger(f"mqstore.{self.name}.access"))
+        return self._security.curve
+
+    def internal_client_keys(self) -> CurveKeys | None:
+        """The store's own pair for a client socket to one of its tcp sockets (None when not
+        secure)."""
+        if not self.secure:
+            return None
+        return CurveKeys.internal(KeyDirectory(self.config.store_path_root_dir))
 
     # -- helpers for loops ---------------------------------------------------------------
     @staticmethod

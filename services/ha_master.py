@@ -96,7 +96,7 @@ class MasterSide:
         bind_ipc(self.pub, ipc_endpoint(self.loop.run_dir, "ha.pub"))
         self.wake = make_socket(self.loop.ctx, zmq.PULL)
         bind_ipc(self.wake, ipc_endpoint(self.loop.run_dir, "ha"))
-        self.sock = make_socket(self.loop.ctx, zmq.ROUTER)
+        self.sock = make_socket(self.loop.ctx, zmq.ROUTER, curve=self.loop.server_keys(self.handlers))
         self.sock.bind(self.loop.endpoint)
         self.loop.poller.register(self.sock, zmq.POLLIN)
         self.loop.poller.register(self.wake, zmq.POLLIN)
@@ -115,7 +115,8 @@ class MasterSide:
                 continue
             identity = frames[0].bytes
             self._peer = (identity, frames[1], now)
-            out = self.handlers.handle([f.buffer for f in frames[1:]], identity, log)
+            user = frames[0].get("User-Id") if self.handlers.guard is not None else None
+            out = self.handlers.handle([f.buffer for f in frames[1:]], identity, log, user)
             if out is not None:
                 self._send(identity, out)
         self._stream(now)

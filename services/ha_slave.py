@@ -43,6 +43,7 @@ from core.fileops import REAL_FILE_OPS
 from core.replica_log import ReplicaDamaged, ReplicaLog
 from ipc import ha_protocol as wire
 from ipc.control_block import Word
+from ipc.curve import CurveKeys
 from ipc.protocol import OK, ProtocolError, pack
 from ipc.sockets import ipc_endpoint, make_socket
 from services import append_startup as startup
@@ -97,7 +98,9 @@ class SlaveSide:
 
     # -- connection ----------------------------------------------------------------------
     def _connect(self, now: float) -> None:
-        self.sock = make_socket(self.loop.ctx, zmq.DEALER)
+        cfg = self.config
+        curve = CurveKeys.client(cfg.ha_key_file, cfg.ha_master_server_key_file) if cfg.ha_key_file else None
+        self.sock = make_socket(self.loop.ctx, zmq.DEALER, curve=curve)
         self.sock.connect(self.master)
         self.loop.poller.register(self.sock, zmq.POLLIN)
         self.rid += 1

@@ -97,7 +97,7 @@ class Reader(ServiceLoop):
         self.sub = make_socket(self.ctx, zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(ipc_endpoint(self.run_dir, "reput.pub"))
-        self.router = make_socket(self.ctx, zmq.ROUTER)
+        self.router = make_socket(self.ctx, zmq.ROUTER, curve=self.server_keys(self.handlers))
         self._bind(self.router, self._endpoint())
         self.poller.register(self.sub, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
@@ -202,6 +202,7 @@ class Reader(ServiceLoop):
         """Answer every request waiting on the router (at most MAX_REQUESTS_PER_WAKEUP): a
         pipelining client keeps several there, so one wakeup serves a batch."""
         router, handlers, send = self.router, self.handlers, self._send
+        secure = handlers.guard is not None
         for _ in range(MAX_REQUESTS_PER_WAKEUP):
             try:
                 first = router.recv(zmq.NOBLOCK, copy=False)
@@ -214,7 +215,7 @@ class Reader(ServiceLoop):
                 frames.append(frame.bytes)
                 more = frame.more
             peer = first.bytes
-            out = handlers.handle(frames, peer, log)
+            out = handlers.handle(frames, peer, log, first.get("User-Id") if secure else None)
             if out is not None:
                 send(peer, out)
 

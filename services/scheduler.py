@@ -102,7 +102,7 @@ class Scheduler(ServiceLoop):
                                      self.commitlog.read, self._put_all)
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             endpoint = json.load(f)["appender"]
-        self.dealer = make_socket(self.ctx, zmq.DEALER)
+        self.dealer = make_socket(self.ctx, zmq.DEALER, curve=self.internal_client_keys())
         self.dealer.connect(endpoint)
         self.rid = 0
         self.slave = bool(cb.get(Word.SLAVE))

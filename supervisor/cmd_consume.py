@@ -93,9 +93,9 @@ def _queues(text: str | None) -> list | None:
     return queues
 
 
-def _every_queue(address: str, topic: str, timeout: float) -> list:
+def _every_queue(address: str, topic: str, timeout: float, keys: dict) -> list:
     """The topic's queue ids ([] when it does not exist yet)."""
-    with Admin(address, timeout=timeout) as admin:
+    with Admin(address, timeout=timeout, **keys) as admin:
         info = admin.topic_info(topic)
     return list(range(info["queues"])) if info else []
 
@@ -127,7 +127,7 @@ def run(args) -> int:
     try:
         address, _pid, root = locate(args)
         if queues:
-            check_queue_ids(address, args.topic, "--queues", queues, args.timeout)
+            check_queue_ids(address, args.topic, "--queues", queues, args.timeout, keys=args.curve_keys)
     except (NotRunning, ConnectionError, TimeoutError, MQError) as e:
         print(f"mqstore consume: {e}", file=sys.stderr)
         return 1
@@ -142,10 +142,10 @@ def run(args) -> int:
         # holding the pull for a long poll.
         # Found through --store, the consumer follows a store restarted on other ports.
         if queues is None and not args.follow:
-            queues = _every_queue(address, args.topic, args.timeout)   # a one-shot read: no member
+            queues = _every_queue(address, args.topic, args.timeout, args.curve_keys)   # a one-shot read: no member
         consumer = Consumer(None if root else address, args.group, args.topic, queues=queues,
                             tag_filter=args.tag_filter, store=root, start=args.start,
-                            auto_commit=not args.no_commit, timeout=args.timeout,
+                            auto_commit=not args.no_commit, timeout=args.timeout, **args.curve_keys,
                             **({} if args.follow else {"long_poll_ms": 0}))
         while (args.max is None or count < args.max) and not stopping.is_set():
             left = None if args.max is None else args.max - count

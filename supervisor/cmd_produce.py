@@ -234,7 +234,8 @@ def run(args) -> int:
     try:
         address = locate(args)[0]
         if args.queue is not None:
-            check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout, write=True)
+            check_queue_ids(address, args.topic, "--queue", [args.queue], args.timeout, write=True,
+                            keys=args.curve_keys)
     except (ValueError, OSError, NotRunning, TimeoutError, MQError) as e:
         print(f"mqstore produce: {e}", file=sys.stderr)
         return 1
@@ -246,7 +247,7 @@ def run(args) -> int:
     auto = args.count is not None and args.batch == 1       # auto-batching (module docstring)
     backlog = AUTO_BACKLOG if auto else args.in_flight
     try:
-        with Producer(address, timeout=args.timeout, auto_batch=auto) as producer:
+        with Producer(address, timeout=args.timeout, auto_batch=auto, **args.curve_keys) as producer:
             wait = not args.no_wait
             for chunk in _chunks(bodies, args.batch):
                 if len(chunk) > 1 or args.batch > 1:

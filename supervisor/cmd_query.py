@@ -47,7 +47,7 @@ def add_parser(subparsers):
     p.add_argument("--begin", type=int, default=0, metavar="MS", help="stored at or after (ms since epoch)")
     p.add_argument("--end", type=int, metavar="MS", help="stored at or before (ms since epoch; default now)")
     p.add_argument("--json", action="store_true", help="one JSON object per message")
-    add_store_arguments(p)
+    add_store_arguments(p, key_alias=False)
     return p
 
 
@@ -104,7 +104,8 @@ def _check_options(args) -> None:
 def run(args) -> int:
     _check_options(args)
     try:
-        with Admin(locate(args)[0]) as admin:
+        address = locate(args)[0]
+        with Admin(address, **args.curve_keys) as admin:
             if args.key is not None:
                 found = admin.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
             elif args.id is not None:

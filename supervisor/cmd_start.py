@@ -1,6 +1,6 @@
 """`mqstore start [--config FILE] [--store DIR] [--host H] [--port P] [--metrics-port M]
-[--role ROLE] [--master HOST:PORT] [--foreground]`: run a store under the supervisor, in this
-terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
+[--role ROLE] [--master HOST:PORT] [--secure] [--foreground]`: run a store under the supervisor,
+in this terminal, until Ctrl-C, SIGTERM or `mqstore stop`.
 
 The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` and `--port`
 (core.config); without `--store` or a store directory in the configuration the store is
@@ -8,7 +8,10 @@ The configuration is the TOML file, then `MQSTORE_*` variables, then `--store` a
 `--port` (default the `listen_port` key, 10911), the ha process (replication) on port+1
 unless `ha_listen_port` is configured, the appender on port+2 and the reader on port+3;
 `--port 0` picks free ports. `--role` and `--master` set `broker_role` and
-`ha_master_address` (`--master` alone means a slave). Once every service runs, the supervisor prints
+`ha_master_address` (`--master` alone means a slave). `--secure` sets `security = "curve"`:
+every tcp socket is a CurveZMQ server admitting only the keys of `config/keys/` (`mqstore
+keys`; the store's own pair is made at the first secure start).
+Once every service runs, the supervisor prints
 `mqstore ready at tcp://HOST:PORT` on stdout (and writes it to `<store>/run/address`).
 Records are stamped with the store host the store listens at (`--host` when it is an IP
 address other than 0.0.0.0 or ::, else 127.0.0.1, and PORT), which every offset message id
@@ -59,6 +62,9 @@ def add_parser(subparsers):
     p.add_argument("--master", metavar="HOST:PORT",
                    help="ha_master_address: the master's replication port (its ha_listen_port, "
                         "by default its --port + 1); implies --role SLAVE when --role is not given")
+    p.add_argument("--secure", action="store_true",
+                   help='security = "curve": CurveZMQ on every tcp socket, only keys registered with '
+                        "`mqstore keys --new` admitted, each with its permissions")
     p.add_argument("--foreground", action="store_true",
                    help="stay in the foreground (the only mode; accepted for scripts)")
     return p
@@ -74,6 +80,8 @@ def load_config(args) -> StoreConfig:
         config = config.replace(broker_role=role)
     if args.master is not None:
         config = config.replace(ha_master_address=args.master)
+    if args.secure:
+        config = config.replace(security="curve")
     return config
 
 

@@ -12,8 +12,9 @@ The store is found by `--address` (the front door, `tcp://HOST:PORT`) or by `--s
 `run/address`, written by the supervisor once it is ready). Exit status: 0 when the store
 answered, 1 when it is not running or does not answer, 2 when there is no store directory.
 
-Also here, for every command that talks to a running store: `--store`/`--address`, finding the
-front door (`locate`), one request to it (`call_front`), the checks of queue ids against
+Also here, for every command that talks to a running store: `--store`/`--address` and `--key`,
+finding the front door and the keys of a secure store (`locate`, `client_keys`), one request
+to it (`call_front`), the checks of queue ids against
 a topic's queues (`check_queue_ids`), and of timeouts and names before the store is asked
 (`check_timeout`, `check_name`).
 """
@@ -32,6 +33,9 @@ from core.topics import MAX_QUEUES, topic_name_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.connection import DEFAULT_STORE
+from ipc.curve import CurveKeys
+from ipc.curve import client_keys as curve_client_keys
+from ipc.keyring import KeyDirectory, KeyringError
 from ipc.protocol import pack, unpack
 from ipc.sockets import make_socket
 from supervisor.delayed_report import render_lines
@@ -44,12 +48,21 @@ class NotRunning(Exception):
     """No supervisor answers for this store; the message says what was found."""
 
 
-def add_store_arguments(parser) -> None:
+def add_store_arguments(parser, key_alias: bool = True) -> None:
+    """`--store`/`--address`, and `--key-file` (also `--key`, unless `key_alias` is False: for
+    `mqstore query`, whose `--key` is a message key) and `--server-key` of a secure store."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="DIR",
                        help="store directory (its run/address names the front door; default: "
                             f"MQSTORE_STORE_PATH_ROOT_DIR when set, else {DEFAULT_STORE})")
     where.add_argument("--address", metavar="A", help="front door address, tcp://HOST:PORT")
+    parser.add_argument("--key-file", *(["--key"] if key_alias else []), dest="key_file", metavar="FILE",
+                        help="a secure store: this client's key (NAME.key_secret, from `mqstore keys "
+                             "--new`); without it, a command on the store's machine given --store "
+                             "uses the store's own key when it can read it")
+    parser.add_argument("--server-key", metavar="FILE",
+                        help="a secure store: its server.key (default: config/keys/server.key in "
+                             "the store directory; needed with --address)")
 
 
 def store_root(args) -> str:
@@ -85,12 +98,12 @@ def check_name(option: str, name: str, what: str = "topic") -> None:
 
 
 def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: float,
-                    write: bool = False) -> None:
+                    write: bool = False, keys: dict | None = None) -> None:
     """UsageError when `topic` exists and one of `queue_ids` is not one of its queues (with
     `write`, of the queues puts go to, which are fewer after its queue count was lowered). A
     topic that does not exist yet is not checked (the store decides its queues when it
     creates it)."""
-    with Admin(address, timeout=timeout) as admin:
+    with Admin(address, timeout=timeout, **(keys or {})) as admin:
         info = admin.topic_info(topic)
     if info is None:
         return
@@ -102,8 +115,43 @@ def check_queue_ids(address: str, topic: str, option: str, queue_ids, timeout: f
                          f"{what}: 0..{count - 1}")
 
 
+def client_keys(args) -> dict:
+    """`key_file`/`server_key_file` for the clients of a command (ipc.curve.client_keys): those
+    of `--key`/`--server-key`; without `--key`, for a secure store found with --store, the
+    store's own pair when this user can read it; {} for an insecure store."""
+    key, server = getattr(args, "key_file", None), getattr(args, "server_key", None)
+    root = None if getattr(args, "address", None) else store_root(args)
+    keys = KeyDirectory(root) if root else None
+    if not key:
+        if server:
+            raise UsageError("--server-key needs --key (this client's NAME.key_secret)")
+        if keys is None or not _secure_store(root) or not os.access(keys.server_secret_path, os.R_OK):
+            return {}
+        key, server = keys.server_secret_path, keys.server_public_path
+    elif not server:
+        if keys is None:
+            raise UsageError("--key with --address needs --server-key FILE (the store's server.key)")
+        server = keys.server_public_path
+    try:
+        CurveKeys.client(key, server)
+    except KeyringError as e:
+        raise UsageError(str(e)) from None
+    return {"key_file": key, "server_key_file": server}
+
+
+def _secure_store(root: str) -> bool:
+    """Whether the store running at `root` runs in secure mode (its run/config.json says so)."""
+    try:
+        with open(os.path.join(root, "run", "config.json")) as f:
+            return json.load(f).get("security") == "curve"
+    except (OSError, ValueError):
+        return False
+
+
 def locate(args) -> tuple[str, int | None, str | None]:
-    """(front door address, supervisor pid or None, store root or None) for `args`."""
+    """(front door address, supervisor pid or None, store root or None) for `args`; sets
+    `args.curve_keys` (`client_keys`) for the clients the command opens."""
+    args.curve_keys = client_keys(args)
     if args.address:
         return args.address, None, None
     root = store_root(args)
@@ -137,18 +185,31 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def call_front(address: str, op: str, timeout: float = TIMEOUT_S) -> dict:
-    """One request to the front door; NotRunning when nobody answers within `timeout`."""
+def call_front(address: str, op: str, timeout: float = TIMEOUT_S, keys: dict | None = None,
+               fields: dict | None = None) -> dict:
+    """One request to the front door; NotRunning when nobody answers within `timeout`. `keys`:
+    `client_keys` of a secure store."""
+    return check_front_reply(address, op, ask_front(address, op, fields or {}, timeout, keys))
+
+
+def ask_front(address: str, op: str, fields: dict, timeout: float, keys: dict | None = None) -> dict:
+    """The front door's reply to one request, whatever its status; NotRunning when nobody
+    answers within `timeout` (a secure store also ignores a client it does not admit)."""
     ctx = zmq.Context.instance()
-    sock = make_socket(ctx, zmq.DEALER)
+    sock = make_socket(ctx, zmq.DEALER, curve=curve_client_keys(**(keys or {})))
     try:
         sock.connect(address)
-        sock.send(pack({"op": op, "rid": 1}))
+        sock.send(pack({"op": op, "rid": 1, **fields}))
         if not sock.poll(timeout * 1000):
             raise NotRunning(f"no answer from {address} within {timeout:g} s")
-        reply = unpack(sock.recv_multipart()[0])
+        return unpack(sock.recv_multipart()[0])
     finally:
         sock.close(0)
+
+
+def check_front_reply(address: str, op: str, reply) -> dict:
+    if isinstance(reply, dict) and reply.get("status") == "ERROR":
+        raise NotRunning(f"{address} refused {op!r}: {reply.get('reason')}")
     if not isinstance(reply, dict) or reply.get("status") != "OK":
         raise NotRunning(f"{address} answered {op!r} with {reply!r}")
     return reply
@@ -169,13 +230,13 @@ def run(args) -> int:
     require_store_dir(args)
     try:
         address, _pid, _root = locate(args)
-        reply = call_front(address, "status", args.timeout)
+        reply = call_front(address, "status", args.timeout, args.curve_keys)
     except NotRunning as e:
         print(f"mqstore status: {e}", file=sys.stderr)
         return 1
     reply.pop("rid", None)
     reply.pop("status", None)
-    reply["groups"] = consumer_groups(address, args.timeout)
+    reply["groups"] = consumer_groups(address, args.timeout, args.curve_keys)
     if args.json:
         print(json.dumps(reply, indent=2, sort_keys=True))
     else:
@@ -183,11 +244,11 @@ def run(args) -> int:
     return 0
 
 
-def consumer_groups(address: str, timeout: float) -> list:
+def consumer_groups(address: str, timeout: float, keys: dict) -> list:
     """The consumer groups with members, each member with its queues and their lag, from the
     reader ([] when it does not answer: the rest of the status still prints)."""
     try:
-        with Admin(address, timeout=timeout) as admin:
+        with Admin(address, timeout=timeout, **keys) as admin:
             out = []
             for g in admin.groups():
                 lag = admin.consumer_lag(g["group"], g["topic"])

@@ -49,14 +49,14 @@ def _local_pid(hello: dict) -> int | None:
     return None
 
 
-def _wait_gone(address: str, pid: int | None, deadline: float) -> bool:
+def _wait_gone(address: str, pid: int | None, deadline: float, keys: dict | None = None) -> bool:
     while time.monotonic() < deadline:
         if pid is not None:
             if not pid_alive(pid):
                 return True
         else:
             try:
-                call_front(address, "hello", timeout=1.0)
+                call_front(address, "hello", timeout=1.0, keys=keys)
             except NotRunning:
                 return True
         time.sleep(0.1)
@@ -105,15 +105,15 @@ def run(args) -> int:
         return 1
     try:
         if pid is None or root is None:
-            hello = call_front(address, "hello")
+            hello = call_front(address, "hello", keys=args.curve_keys)
             pid = pid if pid is not None else _local_pid(hello)
             root = root or (hello.get("store") if pid is not None else None)
-        call_front(address, "stop")
+        call_front(address, "stop", keys=args.curve_keys)
     except NotRunning as e:
         print(f"mqstore stop: {e}", file=sys.stderr)
         return 1
     who = f"supervisor pid {pid}" if pid is not None else address
-    if not _wait_gone(address, pid, start + args.timeout):
+    if not _wait_gone(address, pid, start + args.timeout, args.curve_keys):
         print(f"mqstore stop: {who} is still stopping after {args.timeout:g} s; it keeps "
               "draining (see logs/supervisor.log); run stop again to wait longer", file=sys.stderr)
         return 1

@@ -88,7 +88,8 @@ def run(args) -> int:
         if is_system_topic(args.create):
             raise UsageError(f"--create {args.create}: a system topic of RocketMQ; it cannot be created")
     try:
-        with Admin(locate(args)[0]) as admin:
+        address = locate(args)[0]
+        with Admin(address, **args.curve_keys) as admin:
             if args.create:
                 made = admin.create_topic(args.create, args.queues)
                 print(f"topic {made['topic']} has {made['queues']} queues")

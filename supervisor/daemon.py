@@ -45,6 +45,9 @@ from core.mapped_file_queue import StoreLoadError
 from core.store_files import AbortFile, StoreLock, StoreLockedError
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import unpack
+from ipc.access import AccessGuard
+from ipc.curve import ServerSecurity
+from ipc.keyring import KeyDirectory
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from supervisor import status_report
 from supervisor.delayed_report import DelayedReport
@@ -91,6 +94,7 @@ class Supervisor:
         self.services: dict[str, ServiceProcess] = {}
         self.ctx = zmq.Context()
         self.front_sock = self.events_sock = self.front = None
+        self.security: ServerSecurity | None = None
         self.poller = zmq.Poller()
         self.phase = "starting"
         self.stop_requested = self.force = self._interruptible = False
@@ -208,7 +212,8 @@ class Supervisor:
 
     def _bind(self) -> None:
         eps = self.run_ctx.endpoints
-        self.front_sock = make_socket(self.ctx, zmq.ROUTER)
+        curve = self._secure() if self.config.security == "curve" else None
+        self.front_sock = make_socket(self.ctx, zmq.ROUTER, curve=curve)
         try:
             self.front_sock.bind(eps["front"])
         except zmq.ZMQError as e:
@@ -217,8 +222,20 @@ class Supervisor:
         self.events_sock = make_socket(self.ctx, zmq.PULL)
         bind_ipc(self.events_sock, ipc_endpoint(self.config.run_dir, "events"))
         self.front = FrontDoor(self, self.front_sock)
+        if self.security is not None:
+            self.front.handlers.guard = AccessGuard(self.security.keys, logging.getLogger("mqstore.supervisor.access"))
         self.poller.register(self.front_sock, zmq.POLLIN)
         self.poller.register(self.events_sock, zmq.POLLIN)
+
+    def _secure(self):
+        """Secure mode: the store's server pair (made at the first secure start), run/ for the
+        store's user only, and this process's ZAP handler; the front door's server keys."""
+        keys = KeyDirectory(self.config.store_path_root_dir)
+        if keys.ensure_server_pair():
+            log.info("made the store's server key pair: give clients %s", keys.server_public_path)
+        os.chmod(self.config.run_dir, 0o700)
+        self.security = ServerSecurity(self.ctx, self.config.store_path_root_dir, log).start()
+        return self.security.curve
 
     def start_services(self, restart: bool = False, keep_going: bool = False) -> str | None:
         """Start every service and wait for each, in order, until it is RUNNING. Returns the
@@ -407,6 +424,9 @@ class Supervisor:
         for sock in (self.front_sock, self.events_sock):
             if sock is not None:
                 sock.close(0)
+        if self.security is not None:
+            self.security.stop()
+            self.security = None
         for svc in self.services.values():       # only after a bug: never leave orphans
             if svc.alive:
                 svc.kill()

@@ -39,13 +39,14 @@ class FrontDoor:
         """Answer every request waiting on the socket."""
         while True:
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             if len(frames) < 2:
                 continue
-            peer, request = frames[0], frames[1:]
-            reply = self.handlers.handle(request, peer, log)
+            user = frames[0].get("User-Id") if self.handlers.guard is not None else None
+            peer, request = frames[0].bytes, [f.bytes for f in frames[1:]]
+            reply = self.handlers.handle(request, peer, log, user)
             if reply is None:
                 continue
             try:

@@ -7,11 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-import zmq
-
-from ipc.protocol import pack, unpack
-from ipc.sockets import make_socket
-from supervisor.cmd_status import NotRunning, call_front, check_timeout, locate, require_store_dir
+from supervisor.cmd_status import NotRunning, ask_front, call_front, check_timeout, locate, require_store_dir
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -19,18 +15,6 @@ DEFAULT_TIMEOUT_S = 60.0
 def add_common(parser) -> None:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds to wait for the change (default {DEFAULT_TIMEOUT_S:g})")
-
-
-def _ask(address: str, op: str, fields: dict, timeout: float) -> dict:
-    sock = make_socket(zmq.Context.instance(), zmq.DEALER)
-    try:
-        sock.connect(address)
-        sock.send(pack({"op": op, "rid": 1, **fields}))
-        if not sock.poll(timeout * 1000):
-            raise NotRunning(f"no answer from {address} within {timeout:g} s")
-        return unpack(sock.recv_multipart()[0])
-    finally:
-        sock.close(0)
 
 
 def _settled(status: dict, want_slave: bool) -> bool:
@@ -48,7 +32,7 @@ def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
     require_store_dir(args)
     try:
         address, _pid, _root = locate(args)
-        answer = _ask(address, op, fields, min(args.timeout, 10.0))
+        answer = ask_front(address, op, fields, min(args.timeout, 10.0), args.curve_keys)
         if not isinstance(answer, dict) or answer.get("status") != "OK":
             reason = answer.get("reason") if isinstance(answer, dict) else answer
             print(f"mqstore {op}: the store refused: {reason}", file=sys.stderr)
@@ -56,7 +40,8 @@ def request(args, op: str, fields: dict, want_slave: bool, done: str) -> int:
         deadline = time.monotonic() + args.timeout
         while True:
             try:
-                status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())))
+                status = call_front(address, "status", max(0.5, min(5.0, deadline - time.monotonic())),
+                                    args.curve_keys)
             except NotRunning:            # busy truncating a diverged log: ask again
                 if time.monotonic() > deadline:
                     raise

@@ -15,8 +15,10 @@ _strip = _BlockingAdmin._strip
 
 
 class Admin:
-    def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0):
-        self._conn = AsyncConnection(address, store=store, timeout=timeout)
+    def __init__(self, address: str | None = None, *, store: str | None = None, timeout: float = 10.0,
+                 key_file: str | None = None, server_key_file: str | None = None):
+        self._conn = AsyncConnection(address, store=store, timeout=timeout, key_file=key_file,
+                                     server_key_file=server_key_file)
 
     async def open(self) -> "Admin":
         await self._conn.open()

@@ -28,6 +28,7 @@ import zmq.asyncio
 
 from ipc.client_common import ConnectionClosed, raise_for_error, reachable_endpoint, resolve_address
 from ipc.protocol import PROTOCOL_VERSION, pack, unpack
+from ipc.curve import client_keys
 from ipc.sockets import make_socket
 
 log = logging.getLogger("mqstore.client")
@@ -41,10 +42,12 @@ class AsyncConnection:
     """Sockets to a running store for one event loop; `await open()` before use."""
 
     def __init__(self, address: str | None = None, *, store: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, window: int = DEFAULT_WINDOW):
+                 timeout: float = DEFAULT_TIMEOUT, window: int = DEFAULT_WINDOW,
+                 key_file: str | None = None, server_key_file: str | None = None):
         if window < 1:
             raise ValueError("window must be at least 1")
         self.address = resolve_address(address, store)
+        self.curve = client_keys(key_file, server_key_file, store)   # secure mode: ipc/curve.py
         self.timeout = float(timeout)
         self.window = int(window)
         self.info: dict = {}
@@ -75,7 +78,7 @@ class AsyncConnection:
         return self
 
     def _connect(self, name: str, endpoint: str) -> None:
-        sock = make_socket(self._ctx, zmq.DEALER)
+        sock = make_socket(self._ctx, zmq.DEALER, curve=self.curve)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         sock.connect(endpoint)
         self._socks[name] = sock

@@ -83,8 +83,9 @@ class Consumer(_Blocking):
 
     def __init__(self, address: str | None = None, group: str | None = None, topic: str | None = None,
                  queues=None, tag_filter: str | None = None, start: str = "earliest", *,
-                 store: str | None = None, timeout: float = 10.0, **kw):
-        conn = AsyncConnection(address, store=store, timeout=timeout)
+                 store: str | None = None, timeout: float = 10.0, key_file: str | None = None, server_key_file: str | None = None, **kw):
+        conn = AsyncConnection(address, store=store, timeout=timeout, key_file=key_file,
+                               server_key_file=server_key_file)
         super().__init__(address, group, topic, queues, tag_filter, start, store=store, timeout=timeout,
                          connection=conn, **kw)
         self._own = True

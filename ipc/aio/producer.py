@@ -53,10 +53,11 @@ class Producer:
                  window: int = 256, retries: int = 2, default_topic_queues: int | None = None,
                  auto_batch: bool = True, linger_ms: float = DEFAULT_LINGER_MS,
                  batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
-                 buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES):
+                 buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES, key_file: str | None = None, server_key_file: str | None = None):
         self.timeout = check_timeout(timeout)
         linger_ms = check_wait_ms(linger_ms, "linger_ms")
-        self._conn = AsyncConnection(address, store=store, timeout=timeout, window=window)
+        self._conn = AsyncConnection(address, store=store, timeout=timeout, window=window,
+                                     key_file=key_file, server_key_file=server_key_file)
         self.retries = retries
         self.default_topic_queues = default_topic_queues
         self.auto_batch = auto_batch
