@@ -11,6 +11,7 @@ import sqlite3
 import tempfile
 import time
 
+import _limits as L
 from _limits import Measure
 
 MAX_OPS = 50_000                          # rows per measurement: enough for a steady rate
@@ -47,3 +48,28 @@ def sqlite_puts(directory: str, body_size: int, count: int, synchronous: str,
             os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
     return Measure(count, count * body_size, seconds)
+
+
+def sqlite_peer(bench, row, body: int, count: int, synchronous: str, batch: int,
+                need: float) -> None:
+    """SQLite doing `row`'s puts on the same disk right after them (one autocommit insert per
+    put, or a transaction per batch): a row of `bench.peer_rows`, and a line on the console."""
+    m = sqlite_puts(bench.root, body, count, synchronous, batch)
+    what = "autocommit insert" if batch == 1 else f"transactions of {batch}"
+    ratio = row.ops_per_s / m.ops_per_s
+    row.notes["sqlite_msgs_per_s"] = m.ops_per_s
+    bench.peer_rows.append((row.workload, row.ops_per_s, f"SQLite {synchronous} {what}",
+                            m.ops_per_s, ratio, need))
+    print(f"    SQLite {synchronous} {what}: {L.fmt_rate(m.ops_per_s)} rows/s (ours {ratio:.2f}x)",
+          flush=True)
+
+
+def print_peers(peer_rows: list) -> None:
+    """The peer table: workload, ours, the peer and its rate, the ratio, the target, met."""
+    print("peer: SQLite in WAL mode on the same disk, the same messages (topic, tag, key, "
+          "body), measured right after each row:")
+    body = [(w, L.fmt_rate(ours), peer, L.fmt_rate(theirs), L.fmt_ratio(ratio), f">={need}x",
+             "met" if ratio >= need else "not met")
+            for w, ours, peer, theirs, ratio, need in peer_rows]
+    L.print_aligned(("workload", "msgs/s", "peer", "peer rows/s", "ratio", "target", "status"),
+                    body, {1, 3, 4})

@@ -48,7 +48,8 @@ import _limits as L                                                          # n
 from core import MessageStore, PutMessageStatus, StoreConfig                 # noqa: E402
 from core.fileops import REAL_FILE_OPS                                       # noqa: E402
 from core.store_files import AbortFile                                       # noqa: E402
-from _sqlite_peer import sqlite_puts                                         # noqa: E402
+from _embedded_report import print_report                                  # noqa: E402
+from _sqlite_peer import sqlite_peer                                        # noqa: E402
 from _integrity_rows import integrity_rows, print_rows                         # noqa: E402
 from _embedded_plan import (                                                  # noqa: E402
     BATCH, FULL, QUICK, QUEUES, TAGS, THREADS, TOPIC, Frozen, MessageFactory, Plan, SizePlan, say,
@@ -229,7 +230,7 @@ class EmbeddedBench:
                 row.target = f">={need}x limit"
                 row.met = row.ratio >= need
             self.rows.append(row)
-            self.sqlite_peer(row, sp.body, count, "NORMAL", BATCH if batched else 1,
+            sqlite_peer(self, row, sp.body, count, "NORMAL", BATCH if batched else 1,
                              SQLITE_ASYNC_TARGET)
             self.notes.append(
                 f"{row.workload}: the reput thread was {behind / L.MB:,.0f} MB "
@@ -376,34 +377,12 @@ class EmbeddedBench:
                 row.target, row.met = f">={need}x limit", row.ratio >= need
             self.rows.append(row)
             if threads == 1:
-                self.sqlite_peer(row, sp.body, count, "FULL", group, SQLITE_SYNC_TARGET)
+                sqlite_peer(self, row, sp.body, count, "FULL", group, SQLITE_SYNC_TARGET)
             say(f"  {label}: {count} msgs, {L.fmt_rate(row.ops_per_s)} msgs/s "
                 f"(limit {L.fmt_rate(lim.ops_per_s * group)} msgs/s at {group} per fdatasync)")
         store.shutdown()
         self.stores.remove(store)
         shutil.rmtree(store.config.store_path_root_dir)
-
-    def sqlite_peer(self, row: L.Row, body: int, count: int, synchronous: str, batch: int,
-                    need: float) -> None:
-        """SQLite (WAL) doing the same puts on the same disk right after ours: one autocommit
-        insert per put, or a transaction per batch; a row of the peer table."""
-        m = sqlite_puts(self.root, body, count, synchronous, batch)
-        what = "autocommit insert" if batch == 1 else f"transactions of {batch}"
-        ratio = row.ops_per_s / m.ops_per_s
-        row.notes["sqlite_msgs_per_s"] = m.ops_per_s
-        self.peer_rows.append((row.workload, row.ops_per_s, f"SQLite {synchronous} {what}",
-                               m.ops_per_s, ratio, need))
-        say(f"    SQLite {synchronous} {what}: {L.fmt_rate(m.ops_per_s)} rows/s "
-            f"(ours {ratio:.2f}x)")
-
-    def print_peers(self) -> None:
-        print("peer: SQLite in WAL mode on the same disk, the same messages (topic, tag, key, "
-              "body), measured right after each row:")
-        body = [(w, L.fmt_rate(ours), peer, L.fmt_rate(theirs), L.fmt_ratio(ratio), f">={need}x",
-                 "met" if ratio >= need else "not met")
-                for w, ours, peer, theirs, ratio, need in self.peer_rows]
-        L.print_aligned(("workload", "msgs/s", "peer", "peer rows/s", "ratio", "target", "status"),
-                        body, {1, 3, 4})
 
     def _floor_of(self, row: L.Row) -> float:
         kind = row.notes.get("floor")
@@ -426,44 +405,6 @@ class EmbeddedBench:
         self.measure_cpu("end")
         for row in self.rows:               # the floors may have risen at the end
             row.floor_ops_per_s = self._floor_of(row)
-
-    def print_report(self) -> None:
-        print()
-        print("limits measured in this run (MB/s, median [min-max]):")
-        writes = self.samples["write"]
-        print(f"  write  os.write 1 MiB chunks + fdatasync, fallocated file: {L.spread(writes)}"
-              f" over {len(writes)} runs (each row uses the better of its two)")
-        growth = self.samples["page_growth_us_per_page"]
-        print(f"  growth os.write 1 MiB chunks into one new {L.GROWTH_BYTES // MiB} MiB file, µs of CPU "
-              f"per 4 KiB page, {L.GROWTH_BLOCK // MiB} MiB at a time: "
-              f"{', '.join(f'{c:.1f}' for c in growth)} (a store keeps its "
-              f"pages cached, so it pays the later blocks' price; see benchmarks/README.md)")
-        for s in self.samples["slice_copy"]:
-            print(f"  slice  mmap record -> bytes, {size_name(s['body'])} records (best of 3): "
-                  f"{L.fmt_rate(s['records_per_s'])} records/s = {s['mb_per_s']:,.0f} MB/s")
-        print(f"  bulk   64 MiB memcpy out of the segments (best of 3 per store): "
-              f"{L.spread([s['mb_per_s'] for s in self.samples['bulk_copy']])}")
-        by_size: dict[int, list[float]] = {}
-        for f in self.samples["fsync"]:
-            by_size.setdefault(f["op_bytes"], []).append(f["ops_per_s"])
-        for op_bytes, rates in by_size.items():
-            print(f"  fsync  pwrite {op_bytes:,} B + fdatasync, per second: "
-                  + ", ".join(f"{r:,.0f}" for r in rates))
-        for size, m in self.cpu.items():
-            print(f"  CPU floor {size_name(size)} (best of start and end): append (88 B header "
-                  f"pack_into + crc32 + body copy into a populated mmap) "
-                  f"{L.fmt_rate(m['append'].ops_per_s)} records/s; "
-                  f"scan (unpack + crc32) {L.fmt_rate(m['scan'].ops_per_s)} records/s")
-        print()
-        L.print_table(self.rows)
-        print()
-        print("ratio = our MB/s / the limit's MB/s; vs floor = our msgs/s / the CPU floor's records/s "
-              "(append floor for puts, scan floor for decoded gets and recovery, slice-copy "
-              "records/s for raw gets); a SYNC row's target is against its fdatasync limit.")
-        print()
-        self.print_peers()
-        for note in self.notes:
-            print(f"  {note}")
 
 
 def parse_args(argv=None):
@@ -513,7 +454,7 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
     cpu_use = contention.stop()
-    bench.print_report()
+    print_report(bench)
     print()
     print_rows(integrity)
     print()
