@@ -267,11 +267,13 @@ def test_metrics_port_zero_picks_a_free_port_that_status_shows(store):
     assert s.stop() == 0
 
 
-def test_a_recovery_cut_is_told_on_stderr(store):
+def test_a_damaged_record_is_told_on_stderr_and_the_log_kept_behind_it(store):
     # Regression: one flipped body byte made the next start drop every record after it, and
-    # the operator saw only "recovery done: the log spans [0, X)".
+    # the operator saw only "recovery done: the log spans [0, X)". Now (integrity) the damaged
+    # record is quarantined, said so on stderr, and the 19 records behind it stay.
     s = store().start()
     replies = put_some(s, "Cut", 50, size=200)
+    wrote = s.status()["positions"]["wrote"]
     assert s.stop() == 0
     victim = replies[30]["phys_offset"]
     path = s.path("commitlog", "%020d" % 0)
@@ -283,7 +285,9 @@ def test_a_recovery_cut_is_told_on_stderr(store):
         f.write(b"X")
     s.start()
     err = s.stderr()
-    assert f"recovery cut the log at {victim}" in err and "19 records" in err, err
+    assert f"the record at {victim} is damaged" in err and "quarantined" in err, err
+    assert os.listdir(s.path("quarantine"))
+    assert s.status()["positions"]["wrote"] == wrote          # nothing cut behind it
     assert s.stop() == 0
 
 
