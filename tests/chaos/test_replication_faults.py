@@ -188,6 +188,7 @@ def test_handshake_safety_rules(tmp_path, stores):
     assert "refused slave usurper" in text and "this master is stale" in text
 
 
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_a_slave_whose_disk_fills_stops_acknowledging_and_resumes_when_space_is_back(tmp_path, stores):
     from tests.integration.harness import small_tmpfs
     from tests.integration.supervised import SupervisedStore

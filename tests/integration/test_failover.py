@@ -93,6 +93,7 @@ def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
     assert epochs(old) == epochs(s)
 
 
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_diverged_tail_is_truncated_when_the_old_master_follows(tmp_path, stores):
     m = master(tmp_path, role="SYNC_MASTER")
     stores.append(m)
@@ -133,6 +134,7 @@ def test_diverged_tail_is_truncated_when_the_old_master_follows(tmp_path, stores
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_three_stores_one_slave_promoted_the_other_follows_it(tmp_path, stores):
     m = master(tmp_path, role="ASYNC_MASTER")
     stores.append(m)

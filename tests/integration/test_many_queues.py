@@ -56,6 +56,7 @@ def served(store, keys) -> None:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_20000_queues_start_serve_and_recover_normally_and_abnormally(tmp_path, fd_limit):
     keys = queues(5000)
     cfg = config(tmp_path / "store")
@@ -185,6 +186,7 @@ def supervised_case(tmp_path, topics: int, abnormal: bool) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_mqstore_start_with_2000_queues_stays_under_the_descriptor_limit(tmp_path, fd_limit):
     supervised_case(tmp_path, 500, abnormal=False)
 

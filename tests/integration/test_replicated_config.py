@@ -8,6 +8,8 @@ rebuilt from the replicated timer queue). A fake master's garbage or oversized `
 pushes are refused by a real slave, which keeps following."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import time
@@ -77,6 +79,7 @@ def test_offsets_and_topics_committed_on_the_master_are_the_slaves(tmp_path, sto
     assert s.status()["replication"]["configs_refused"] == 0
 
 
+@pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_promoted_slave_resumes_offsets_and_delivers_pending_delayed_messages(tmp_path, stores):
     m = master(tmp_path, role="SYNC_MASTER", message_delay_level=DELAYS)
     stores.append(m)
