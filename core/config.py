@@ -35,7 +35,6 @@ opened with other values is refused.
 """
 import dataclasses
 import difflib
-import ipaddress
 import logging
 import os
 import re
@@ -43,6 +42,8 @@ import tomllib
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+
+from core.config_values import ConfigError, parse_delay_levels, parse_host_port  # noqa: F401
 
 JAVA_INT_MAX = 2**31 - 1
 MIN_SEGMENT_SIZE = 91 + 8       # core.codec's MIN_RECORD_SIZE + BLANK_SIZE (not imported: numpy)
@@ -57,17 +58,7 @@ FORMAT_KEYS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
 STORE_FORMAT_FILE = "store_format.json"
 _TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DELAY_ITEM = re.compile(r"^([0-9]+)([smhd])$")
 _DELETE_WHEN = re.compile(r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$")
-
-
-class ConfigError(ValueError):
-    """A configuration key or value that cannot be used; the message names the key."""
-
-    def __init__(self, message: str, key: str | None = None):
-        super().__init__(message)
-        self.key = key
 
 
 class StoreFormatError(ConfigError):
@@ -307,9 +298,9 @@ class StoreConfig:
             raise ConfigError(f"delete_when = {self.delete_when!r}: must be hours 0-23 "
                               "separated by ';', e.g. '04' or '04;16'", "delete_when")
         parse_delay_levels(self.message_delay_level)
-        _parse_host_port("store_host", self.store_host, ip_literal=True)
+        parse_host_port("store_host", self.store_host, ip_literal=True)
         if self.ha_master_address:
-            _parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
+            parse_host_port("ha_master_address", self.ha_master_address, ip_literal=False)
 
     # ---------------------------------------------------------------- paths (DESIGN.md 2)
     @property
@@ -349,12 +340,12 @@ class StoreConfig:
     @property
     def store_host_tuple(self) -> tuple[str, int]:
         """(address, port) of `store_host`, the form `core.message.host_to_bytes` takes."""
-        return _parse_host_port("store_host", self.store_host, ip_literal=True)
+        return parse_host_port("store_host", self.store_host, ip_literal=True)
 
     @property
     def ha_master_tuple(self) -> tuple[str, int] | None:
         """(host, port) of `ha_master_address`, None when it is empty."""
-        return _parse_host_port("ha_master_address", self.ha_master_address,
+        return parse_host_port("ha_master_address", self.ha_master_address,
                                 ip_literal=False) if self.ha_master_address else None
 
     @property
@@ -413,23 +404,6 @@ class StoreConfig:
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(StoreConfig)}
 
 
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """RocketMQ's messageDelayLevel ("1s 5s 10s 30s 1m ... 2h": one delay per level, a whole
-    number and a unit s, m, h or d) as ms per level; ConfigError naming the key otherwise."""
-    items = text.split()
-    out = []
-    for item in items:
-        m = _DELAY_ITEM.match(item)
-        if m is None or int(m.group(1)) == 0:
-            raise ConfigError(f"message_delay_level = {text!r}: {item!r} is not a delay; give "
-                              "delays such as '1s 5s 10s 1m 2h 1d' (a whole number above 0 and "
-                              "a unit s, m, h or d, separated by spaces)", "message_delay_level")
-        out.append(int(m.group(1)) * _DELAY_UNITS_MS[m.group(2)])
-    if not out:
-        raise ConfigError(f"message_delay_level = {text!r}: give at least one delay", "message_delay_level")
-    return tuple(out)
-
-
 def _type_name(tp) -> str:
     return {int: "an int", bool: "a bool (true or false)", str: "a string"}[tp]
 
@@ -459,22 +433,6 @@ def _check_known(key: str, where: str) -> None:
         guess = close[0] if close else None
     hint = f"; did you mean {guess!r}?" if guess else ""
     raise ConfigError(f"unknown configuration key {key!r} in {where}{hint}", key)
-
-
-def _parse_host_port(key: str, text: str, ip_literal: bool) -> tuple[str, int]:
-    host, sep, port_text = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    allowed = ("an IP address and port, e.g. '127.0.0.1:10911' or '[::1]:10911'" if ip_literal
-               else "host:port, e.g. '10.0.0.2:10912'")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"{key} = {text!r}: must be {allowed}", key)
-    if ip_literal:
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise ConfigError(f"{key} = {text!r}: must be {allowed}", key) from None
-    return host, int(port_text)
 
 
 def _from_env_text(key: str, name: str, text: str):

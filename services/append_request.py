@@ -21,6 +21,8 @@ import ipaddress
 from dataclasses import dataclass
 from itertools import accumulate
 
+import zmq
+
 from core.key_block import KeyBlock, block_problem
 from core.message import Message
 from core.topics import MAX_TOPIC_BYTES, topic_name_problem
@@ -238,6 +240,28 @@ def peer_host(address: str | None, fallback: tuple) -> tuple:
         return (str(ipaddress.ip_address(address.strip("[]"))), 0)
     except ValueError:
         return fallback
+
+
+class PeerHosts:
+    """The born host of each client connection (its ZeroMQ identity) that names none, from the
+    request's `Peer-Address`, kept while the connection is known (at most 10,000 of them)."""
+
+    def __init__(self, fallback: tuple):
+        self.fallback = fallback
+        self.hosts: dict[bytes, tuple] = {}
+
+    def of(self, identity: bytes, frame) -> tuple:
+        host = self.hosts.get(identity)
+        if host is None:
+            try:
+                address = frame.get("Peer-Address")
+            except (zmq.ZMQError, AttributeError):
+                address = None
+            host = peer_host(address, self.fallback)
+            if len(self.hosts) > 10_000:
+                self.hosts.clear()
+            self.hosts[identity] = host
+        return host
 
 
 class MsgIdArray(bytes):

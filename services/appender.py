@@ -62,8 +62,8 @@ from services import append_startup as startup
 from services.append_allocate import AllocatorClient
 from services.append_outbox import ReplyOutbox
 from services.append_pool import SharedPool
-from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
-                                     peer_host)
+from services.append_request import (IllegalMessage, MsgIdArray, PeerHosts, pack_reply, parse_put,
+                                     parse_put_batch)
 from services.append_replica import ReplicaWait
 from services.append_topics import create_new_topics, register_topic_ops, reload_topics
 from services.append_waiters import FlushWaiters, Parked, PutStats
@@ -100,7 +100,6 @@ class Appender(ServiceLoop):
         self.is_slave = bool(cb.get(Word.SLAVE))
         self.max_size = config.max_message_size
         self.delay_rules = delay_rules(config)
-        self.fallback_host = config.store_host_tuple
         self.pool = (SharedPool(cb, config.transient_store_pool_size, config.mapped_file_size_commitlog)
                      if cb.get(Word.POOL_ENABLED) else None)
         self.allocator = AllocatorClient(self.ctx, self.run_dir)
@@ -119,7 +118,7 @@ class Appender(ServiceLoop):
         self.group: list = []              # (identity, fields, end, wait, received) appended this round
         self.round_counts: dict = {}       # identity -> its requests appended this round
         self.round_robin: dict[str, int] = {}
-        self.peers: dict[bytes, tuple] = {}
+        self.peers = PeerHosts(config.store_host_tuple)
         self.wrote = cb.get(Word.WROTE)
         self.flushed = cb.get(Word.FLUSHED)
         self.last_store_ts = 0
@@ -342,19 +341,6 @@ class Appender(ServiceLoop):
             pass                              # the receiver polls the control block as well
 
     # -- handlers ------------------------------------------------------------------------
-    def _born_host(self) -> tuple:
-        host = self.peers.get(self._identity)
-        if host is None:
-            try:
-                address = self._frames[1].get("Peer-Address")
-            except (zmq.ZMQError, IndexError):
-                address = None
-            host = peer_host(address, self.fallback_host)
-            if len(self.peers) > 10_000:
-                self.peers.clear()
-            self.peers[self._identity] = host
-        return host
-
     def _put(self, env, frames, received):
         return self._store(env, frames, received, parse_put, False)
 
@@ -367,7 +353,9 @@ class Appender(ServiceLoop):
             self.outbox.asked(self._identity)
         rid = env.get("rid", 0)
         try:
-            req = parse(env, frames, self._born_host(), time.time_ns() // 1_000_000, self.max_size)
+            first = self._frames[1] if len(self._frames) > 1 else None
+            req = parse(env, frames, self.peers.of(self._identity, first), time.time_ns() // 1_000_000,
+                        self.max_size)
         except IllegalMessage as e:           # a put status, after the store's own refusals
             if self._refusing():
                 return [pack({"rid": rid, "status": NOT_AVAILABLE})]
