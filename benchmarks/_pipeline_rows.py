@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 
 import _limits as L
 
+FLUSH_SHORT = {"ASYNC_FLUSH": "ASYNC", "SYNC_FLUSH": "SYNC"}
+
+
+def say(msg: str) -> None:
+    """Progress on stderr (the table goes to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
 
 @dataclass
 class Row:

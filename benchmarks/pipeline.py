@@ -55,10 +55,8 @@ a fresh store, unbatched send_async with CONCURRENT (50) requests in flight from
 CONCURRENT_PRODUCERS processes, then the bare echo at that concurrency, with Redis
 `XADD -c 50 -P 1` (everysec) as the peer.
 
-CURVE rows (issue 32): the batched x1 run and the one-at-a-time probe again, for the last body
-size and the first flush type, on a store started `--secure` (CurveZMQ, an admin key), each
-beside its row without CURVE from the same run (target: batched >= 0.7x), then the floor of
-CURVE itself (benchmarks/_curve_floor.py: raw pyzmq requests of a batch's size, with and without).
+CURVE rows (issue 32, benchmarks/_curve_rows.py), for the last body size and the first flush
+type on a `--secure` store, beside the rows without CURVE (target: batched >= 0.7x).
 
 MB/s counts message bodies (10^6 bytes), for us and for Redis alike. Targets: batched
 ASYNC_FLUSH produce >= 1.5x Redis everysec; batched SYNC_FLUSH produce >= 1.0x Redis always;
@@ -92,11 +90,11 @@ from _pipeline_side import (                                                  # 
     batch_window, consume, percentile, produce_worker, secure_keys, warm_worker, worker_ready,
 )
 from _echo_floor import EchoServer, echo_worker                               # noqa: E402
-from _curve_floor import floor as curve_floor                                 # noqa: E402
+from _curve_rows import curve_rows                                            # noqa: E402
 from _client_rows import aio_consume, group_consume                           # noqa: E402
 from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
 from _pipeline_integrity import integrity_rows, print_rows as print_integrity  # noqa: E402
-from _pipeline_rows import Row, print_table                                  # noqa: E402
+from _pipeline_rows import FLUSH_SHORT, Row, print_table, say                # noqa: E402
 from _redis_peer import print_redis, timed_xadd                               # noqa: E402
 
 MANY = 16
@@ -109,7 +107,6 @@ INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows 
                 "On Debian: apt-get install -y redis-server redis-tools (its system service "
                 "need not run; this script starts its own server).")
 PEERS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
-FLUSH_SHORT = {"ASYNC_FLUSH": "ASYNC", "SYNC_FLUSH": "SYNC"}
 
 
 def median_by(runs: list, rate) -> dict:
@@ -150,10 +147,6 @@ class Plan:
 FULL = Plan()
 QUICK = Plan(sizes=(1024,), produce_s=1.5, consume_s=2.0, probe_s=1.0,
              redis_xrange=5_000, redis_xadd_unbatched=50_000)
-
-
-def say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---- Redis ---------------------------------------------------------------------------------
@@ -344,36 +337,7 @@ class PipelineBench:
                 if flush == "ASYNC_FLUSH":
                     self.concurrent_case(size)
                 self.run_case(size, flush, "aio", 1)
-        self.curve_rows(self.plan.sizes[-1], self.plan.flushes[0])
-
-    def curve_rows(self, size: int, flush: str) -> None:
-        """CURVE on (a `--secure` store, an admin key) beside the rows without it of this run:
-        batched x1 and one put at a time (issue 32: batched with CURVE >= 0.7x without)."""
-        off = {r.workload: r for r in self.rows}
-        store = self.fresh_store(flush, secure=True)
-        try:
-            for mode, one, label in (("batch", False, f"produce {size_name(size)} {FLUSH_SHORT[flush]} batch{BATCH} x1"),
-                                     ("single", True, f"put {size_name(size)} {FLUSH_SHORT[flush]} 1 in flight")):
-                _, r = self.produce(store, size, mode, 1, self.plan.produce_s if not one else self.plan.probe_s,
-                                    one_at_a_time=one)
-                row = Row(f"{label} CURVE", r["acked"] / r["seconds"], r["bytes"] / r["seconds"] / L.MB,
-                          r["p50_ms"], r["p99_ms"], peer=f"{label} (no CURVE)", kind="curve", size=size,
-                          flush=flush, producers=1, notes=r, mode=mode)
-                if label in off:
-                    row.peer_msgs_per_s = off[label].msgs_per_s
-                if mode == "batch":
-                    row.target = ">= 0.7x"
-                    row.met = row.ratio >= 0.7 if row.ratio is not None else None
-                self.rows.append(row)
-                say(f"  {row.workload}: {L.fmt_rate(row.msgs_per_s)} msgs/s, p50 {row.p50_ms:.3f} ms, "
-                    f"p99 {row.p99_ms:.3f} ms, {L.fmt_ratio(row.ratio)} of the row without CURVE")
-            f = curve_floor(BATCH * size, self.plan.probe_s)       # what encryption alone leaves
-            self.rows.append(Row(f"raw pyzmq {BATCH}x{size_name(size)} requests CURVE (floor)", f["curve_rps"] * BATCH,
-                                 f["curve_rps"] * BATCH * size / L.MB, peer="the same without CURVE",
-                                 peer_msgs_per_s=f["off_rps"] * BATCH, kind="floor", size=size, flush=flush, notes=f))
-        finally:
-            store.stop()
-            shutil.rmtree(store.root, ignore_errors=True)
+        curve_rows(self, self.plan.sizes[-1], self.plan.flushes[0])
 
     def client_targets(self) -> None:
         """Issue 29's targets: auto-batched (and asyncio) sends >= 0.8x the batch100 row of
