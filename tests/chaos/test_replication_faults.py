@@ -19,7 +19,7 @@ import zmq
 
 from tests.integration.harness import RawClient, wait_for
 from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
-    stores, wait_connected,
+    stores, connected_pair, wait_connected,
     commitlog_bytes, endpoint, ha_address, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import TINY_TOML, pid_gone
@@ -59,11 +59,7 @@ def test_a_slave_killed_mid_stream_catches_up_when_started_again(tmp_path, store
 
 @pytest.mark.parametrize("side", ["master", "slave"])
 def test_the_ha_process_killed_is_restarted_and_replication_resumes(tmp_path, stores, side):
-    m = master(tmp_path, role="SYNC_MASTER")
-    stores.append(m)
-    s = slave_of(tmp_path, m)
-    stores.append(s)
-    wait_connected(m)
+    m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     put_range(m, "H", 0, 500)
     victim = m if side == "master" else s
     pid = victim.service("ha")["pid"]

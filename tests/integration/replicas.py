@@ -43,6 +43,17 @@ def wait_connected(master_: SupervisedStore, slaves: int = 1, timeout: float = 3
                     timeout, 0.05), master_.status()["replication"]
 
 
+def connected_pair(tmp_path, stores: list, **master_config) -> tuple:
+    """A master (`master(tmp_path, **master_config)`) and a slave of it, both in `stores`, once
+    the master counts the slave."""
+    m = master(tmp_path, **master_config)
+    stores.append(m)
+    s = slave_of(tmp_path, m)
+    stores.append(s)
+    wait_connected(m)
+    return m, s
+
+
 def put_all(store: SupervisedStore, topic: str, bodies) -> list[dict]:
     """Put each body through the store's appender, one `put` at a time; every reply PUT_OK."""
     client = RawClient(endpoint(store, "appender"))

@@ -16,7 +16,7 @@ from core.epochs import EpochFile
 from core.fileops import REAL_FILE_OPS
 from tests.integration.harness import RawClient, wait_for
 from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
-    stores, put_all, wait_connected,
+    stores, connected_pair, put_all,
     commitlog_bytes, endpoint, ha_address, master, positions, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import TINY_TOML, SupervisedStore, cli
@@ -57,11 +57,7 @@ def produce(address: str, acked: list, stop: threading.Event, topic: str) -> Non
 
 
 def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
-    m = master(tmp_path, role="SYNC_MASTER")
-    stores.append(m)
-    s = slave_of(tmp_path, m)
-    stores.append(s)
-    wait_connected(m)
+    m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     acked, stop = [], threading.Event()
     producer = threading.Thread(target=produce, args=(endpoint(m, "appender"), acked, stop, "F"))
     producer.start()
@@ -95,11 +91,7 @@ def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
 
 @pytest.mark.slow  # heavy: runs in CI with make test-slow
 def test_diverged_tail_is_truncated_when_the_old_master_follows(tmp_path, stores):
-    m = master(tmp_path, role="SYNC_MASTER")
-    stores.append(m)
-    s = slave_of(tmp_path, m)
-    stores.append(s)
-    wait_connected(m)
+    m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     client = RawClient(endpoint(m, "appender"))
     try:
         assert [put(client, "D", b"shared %d" % i)["status"] for i in range(10)] == ["PUT_OK"] * 10
@@ -191,11 +183,7 @@ def produce_async(address: str, acked: list, stop: threading.Event, topic: str, 
 
 @pytest.mark.slow
 def test_50k_sync_master_puts_master_killed_at_random_nothing_acknowledged_lost(tmp_path, stores):
-    m = master(tmp_path, role="SYNC_MASTER")
-    stores.append(m)
-    s = slave_of(tmp_path, m)
-    stores.append(s)
-    wait_connected(m)
+    m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     acked, stop = [], threading.Event()
     producer = threading.Thread(target=produce_async, args=(m.address, acked, stop, "Big", 50_000))
     producer.start()

@@ -19,7 +19,7 @@ import zmq
 
 from tests.integration.harness import RawClient, wait_for
 from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
-    stores, put_all, wait_connected,
+    stores, connected_pair, put_all, wait_connected,
     FAST_HA, endpoint, master, pull_bodies, put, slave_of, wait_caught_up,
 )
 from tests.integration.supervised import SupervisedStore, cli
@@ -55,11 +55,7 @@ def delay_offsets(store) -> dict:
 
 
 def test_offsets_and_topics_committed_on_the_master_are_the_slaves(tmp_path, stores):
-    m = master(tmp_path, role="ASYNC_MASTER")
-    stores.append(m)
-    s = slave_of(tmp_path, m)
-    stores.append(s)
-    wait_connected(m)
+    m, s = connected_pair(tmp_path, stores, role="ASYNC_MASTER")
     put_all(m, "C", [b"c%d" % i for i in range(10)])
     assert call(m, "appender", "create_topic", topic="Fresh", queues=6)["status"] == "OK"
     assert call(m, "reader", "commit_offset", group="g", topic="C", queue_id=0, offset=7)["status"] == "OK"
