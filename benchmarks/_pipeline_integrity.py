@@ -25,7 +25,7 @@ def integrity_rows(bench, wait_quiet, seconds: float = 3.0) -> list[tuple[str, f
         try:
             with Admin(store.address) as admin:
                 admin.create_topic(TOPIC, QUEUES)
-            _, r = bench.produce(store, 1024, True, 1, seconds)
+            _, r = bench.produce(store, 1024, "batch", 1, seconds)
             wait_quiet(store.address)
             c = consume(store.address, seconds)
             got[crc] = (r["acked"] / r["seconds"], c["messages"] / c["seconds"])
