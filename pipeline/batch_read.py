@@ -12,8 +12,9 @@ rolled-back ones. Option `topic` (one name, or several with commas) keeps only t
 
 A record that is framed but wrong (lengths that do not add up; with `checkCrc` true, a body
 whose CRC differs) fails the read with its offset, unless it is the last thing written (in the
-last segment holding records): a store that is running may be writing it right then (it is
-looked at again a moment later), and recovery would cut the log there. `mqstore check --store DIR` says what is wrong with a damaged store.
+last segment holding records): a store that is running may be writing it right then, and a
+copy's bytes can become visible out of order, so any bad record there is looked at again a
+moment later; one still torn is where recovery would cut the log. `mqstore check --store DIR` says what is wrong with a damaged store.
 """
 from __future__ import annotations
 
@@ -75,12 +76,13 @@ def read_segment(part: SegmentPartition):
         out, pos, looked_again_at = Columns(), 0, -1
         while True:
             why, pos = yield from full_batches(buf, pos, size, out, part.topics, part.check_crc)
-            if why is Stop.CORRUPT and part.at_end and _torn_tail(buf, pos, size):
+            if why is Stop.CORRUPT and part.at_end:
                 if looked_again_at != pos:           # maybe being written: look once more
-                    looked_again_at = pos
-                    time.sleep(TORN_WAIT_S)
+                    looked_again_at = pos            # (a copy's bytes may show up in any order,
+                    time.sleep(TORN_WAIT_S)          # so a whole record after it proves nothing)
                     continue
-                break                                # still torn: the log ends here, as recovery says
+                if _torn_tail(buf, pos, size):
+                    break                            # still torn: the log ends here, as recovery says
             if why is Stop.CORRUPT:
                 at = part.file_from_offset + pos
                 raise ValueError(f"corrupt record at CommitLog offset {at} (segment "
