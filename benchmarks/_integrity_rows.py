@@ -3,7 +3,7 @@
 - puts of 1 KiB bodies (`put_messages` x32 and `put_message`) with the whole-record CRC
   property (`enabled_append_prop_crc`, the default) and without it;
 - gets of everything put (`get_message` x32, raw `.buffers`) with the read checks (every record
-  checked against its consume-queue entry and its CRC, core.read_check) and without them. The
+  checked against its consume-queue entry and its CRC, core.read.check) and without them. The
   store has no switch for the read checks (reads always check); for this row only they are
   replaced in this process by a check that passes everything.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-import core.read_path as read_path
+import core.read.store_reader as read_path
 from core import MessageStore, StoreConfig
 from _embedded_plan import BATCH, QUEUES, TOPIC, Frozen, MessageFactory
 

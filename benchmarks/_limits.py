@@ -21,7 +21,7 @@ benchmark measure the limits the same way:
   same bytes in 64 MiB pieces (memcpy bandwidth).
 - `cpu_append_ref` and `cpu_scan_ref`: bare Python loops over RocketMQ-shaped records. The
   first packs the 88-byte header (TOTALSIZE to BODYLENGTH) with `struct.pack_into`, computes
-  the body CRC (with the store's routine, `core.crc`) and copies the body into a populated
+  the body CRC (with the store's routine, `core.record.crc`) and copies the body into a populated
   file mapping; the second walks such records (unpack the header, CRC the body, advance). They are the CPU floor of one Python
   thread for appending and for scanning: no engine can do less work per record in Python.
 
@@ -38,7 +38,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from core.crc import crc32 as body_crc32      # the store's own CRC routine, so the floor is fair
+from core.record.crc import crc32 as body_crc32      # the store's own CRC routine, so the floor is fair
 
 MB = 1_000_000                      # rates are printed in decimal MB/s, like dd
 MiB = 1 << 20

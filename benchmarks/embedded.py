@@ -46,8 +46,8 @@ for p in (REPO, HERE):
 
 import _limits as L                                                          # noqa: E402
 from core import MessageStore, PutMessageStatus, StoreConfig                 # noqa: E402
-from core.fileops import REAL_FILE_OPS                                       # noqa: E402
-from core.store_files import AbortFile                                       # noqa: E402
+from core.files.fileops import REAL_FILE_OPS                                       # noqa: E402
+from core.files.store_files import AbortFile                                       # noqa: E402
 from _embedded_report import print_report                                  # noqa: E402
 from _sqlite_peer import sqlite_peer                                        # noqa: E402
 from _integrity_rows import integrity_rows, print_rows                         # noqa: E402

@@ -41,7 +41,7 @@ SEGMENT = 16 << 20              # CommitLog segment size: a Spark partition each
 
 def write_store(root: str, n: int, size: int) -> int:
     """An embedded store of n messages; returns its CommitLog bytes."""
-    from core.message import Message
+    from core.record.message import Message
     from core.store import MessageStore
     from core.config import StoreConfig
     store = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commitlog=SEGMENT))

@@ -1,7 +1,7 @@
 """mqstore's storage engine as a library: RocketMQ's CommitLog, consume queues, index,
 checkpoint and recovery, usable in one process through `MessageStore`."""
 from core.config import ConfigError, StoreConfig, StoreFormatError
-from core.message import Message, MessageExt
+from core.record.message import Message, MessageExt
 from core.status import (
     AppendMessageResult, GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus,
     QueryMessageResult,

@@ -24,13 +24,13 @@ Decisions beyond RocketMQ:
 - `delete_when` takes one or more hours 0-23 separated by `;` ("04", "4", "04;16"), as
   RocketMQ parses each as an integer.
 - `enabled_append_prop_crc` (RocketMQ 5.2's whole-record `__CRC32#` property,
-  `core.record_crc`) is on by default here, so that a flip anywhere in a record is caught;
+  `core.record.crc_property`) is on by default here, so that a flip anywhere in a record is caught;
   `force_verify_prop_crc` (default false, as RocketMQ) makes a record without it invalid.
 - `use_transient_store_pool` is RocketMQ 4.x's effective switch: the pool is used only by
   an ASYNC_FLUSH master.
 
 Format parameters (`FORMAT_KEYS`: the sizes that decide the byte layout of files already on
-disk, and where the CommitLog is) are recorded by `core.store_format` at creation, and a store
+disk, and where the CommitLog is) are recorded by `core.log.store_format` at creation, and a store
 opened with other values is refused.
 """
 import dataclasses
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 from core.config_values import ConfigError, parse_delay_levels, parse_host_port  # noqa: F401
 
 JAVA_INT_MAX = 2**31 - 1
-MIN_SEGMENT_SIZE = 91 + 8       # core.codec's MIN_RECORD_SIZE + BLANK_SIZE (not imported: numpy)
+MIN_SEGMENT_SIZE = 91 + 8       # core.record.codec's MIN_RECORD_SIZE + BLANK_SIZE (not imported: numpy)
 CQ_STORE_UNIT_SIZE = 20
 INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE = 40, 4, 20
 ENV_PREFIX = "MQSTORE_"
@@ -198,9 +198,9 @@ class StoreConfig:
     default_topic_queue_nums: int = 4
     store_host: str = "127.0.0.1:10911"
     max_mapped_files: int = 16
-    page_cache_window_commitlog: int = 0          # bytes; core/cache_window.py (0: the kernel's)
+    page_cache_window_commitlog: int = 0          # bytes; core/files/cache_window.py (0: the kernel's)
     listen_port: int = 10911
-    # Delayed delivery (core/delay_put.py): RocketMQ's messageDelayLevel and RocketMQ 5's timer
+    # Delayed delivery (core/delay/put.py): RocketMQ's messageDelayLevel and RocketMQ 5's timer
     # limits; timers are delivered at their ms, inside timer_precision_ms (not rounded to it).
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
@@ -339,7 +339,7 @@ class StoreConfig:
 
     @property
     def store_host_tuple(self) -> tuple[str, int]:
-        """(address, port) of `store_host`, the form `core.message.host_to_bytes` takes."""
+        """(address, port) of `store_host`, the form `core.record.message.host_to_bytes` takes."""
         return parse_host_port("store_host", self.store_host, ip_literal=True)
 
     @property

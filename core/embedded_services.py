@@ -8,7 +8,7 @@ ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drai
 - `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
   queues and index, and writes the checkpoint.
 - `AllocateService`: keeps the next segment created ahead of the appender.
-- `ScheduleService`: delivers delayed messages when due (core.schedule), re-putting them
+- `ScheduleService`: delivers delayed messages when due (core.delay.schedule), re-putting them
   through `MessageStore.put_message`.
 The separate-process services (services/) wrap the same `core` classes.
 """
@@ -20,16 +20,16 @@ import os
 import threading
 import time
 
-from core.codec import SCHEDULE_TOPIC
-from core.delay_offsets import DelayOffsetStore
-from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
-from core.least_pages import LeastPages
-from core.message import PROPERTY_WAIT
+from core.record.codec import SCHEDULE_TOPIC
+from core.delay.offsets import DelayOffsetStore
+from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
+from core.files.least_pages import LeastPages
+from core.record.message import PROPERTY_WAIT
 from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
-from core.delay_put import TIMER_TOPIC
-from core.schedule import DelayScheduler, batch_groups
+from core.delay.put import TIMER_TOPIC
+from core.delay.schedule import DelayScheduler, batch_groups
 from core.status import PutMessageStatus
-from core.timer_job import TimerScheduler
+from core.delay.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
@@ -357,7 +357,7 @@ class AllocateService(ServiceThread):
 
 
 class ScheduleService(ServiceThread):
-    """The scheduler jobs (delay levels, core.schedule; timers, core.timer_job) over the
+    """The scheduler jobs (delay levels, core.delay.schedule; timers, core.delay.timer_job) over the
     store's own consume queues and CommitLog; their re-puts are `put_message` calls, so they
     are flushed and dispatched as any put."""
 

@@ -29,14 +29,14 @@ import shutil
 import struct
 from dataclasses import asdict, dataclass, field, fields
 
-from core.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_valid, is_rocketmq_checkpoint
+from core.log.checkpoint import CHECKPOINT_SIZE, CRC_POS, FIELDS, checkpoint_valid, is_rocketmq_checkpoint
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
-from core.store_format import check_store_format
-from core.fileops import REAL_FILE_OPS
+from core.log.store_format import check_store_format
+from core.files.fileops import REAL_FILE_OPS
 from core.fsck_scan import READ_ONLY, LogScan, Progress, check_index_entries, check_queues, open_index
-from core.mapped_file_queue import StoreLoadError
+from core.files.mapped_file_queue import StoreLoadError
 from core.store import MessageStore
-from core.store_files import AbortFile, StoreLock, read_pid
+from core.files.store_files import AbortFile, StoreLock, read_pid
 
 KINDS = {  # kind: what it means, in report order
     "store_format": "a store format file the store cannot read (it refuses to open)",

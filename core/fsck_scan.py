@@ -4,7 +4,7 @@ The CommitLog scan (`LogScan`) maps each segment PROT_READ and checks that every
 first segment parses, passes its CRC check (the record CRC, or the body CRC of a record without
 one) and holds its position in PHYSICALOFFSET, that blanks reach their segment's end and that
 only zeros follow the end of the log. A damaged record with intact records behind it is
-reported (`record_damaged`: recovery quarantines it and keeps the rest, `core.quarantine`) and
+reported (`record_damaged`: recovery quarantines it and keeps the rest, `core.log.quarantine`) and
 the scan goes on at the next intact record, as recovery does; it keeps each record's
 position, size, tag code, queue offset and queue, and looks its UNIQ_KEY and KEYS up through
 `IndexService.query_offset` (opened through `READ_ONLY`, a FileOps that refuses every change).
@@ -25,13 +25,13 @@ from array import array
 
 import numpy as np
 
-from core.codec import DispatchRequest, RecordCheck, check_record
-from core.quarantine import damage_reason_in, resync_in
-from core.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
-from core.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
-from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
-from core.index_service import IndexService, build_key, index_keys
-from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
+from core.record.codec import DispatchRequest, RecordCheck, check_record
+from core.log.quarantine import damage_reason_in, resync_in
+from core.log.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
+from core.files.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
+from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
+from core.log.index_service import IndexService, build_key, index_keys
+from core.record.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
 
 PROGRESS_STEP = 4 << 20
 HOT_KEY_MATCHES = 16              # a key with this many matches in a second is fetched whole

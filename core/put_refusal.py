@@ -1,7 +1,7 @@
 """Why the store refused a put: the words that go with a MESSAGE_ILLEGAL or
 PROPERTIES_SIZE_EXCEEDED status.
 
-The encoders (`core.codec`, `core.batch_encode`) answer with a status only: they are the put's
+The encoders (`core.record.codec`, `core.record.batch_encode`) answer with a status only: they are the put's
 hot path. When they refuse, `refusal_reason` looks at the messages again and names the first
 rule one of them breaks, so that a client learns what to change. It runs only for refused
 puts, so it may be slow and plain.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from core.codec import MAX_PROPERTIES_BYTES, _properties_string
-from core.key_block import key_list
-from core.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
+from core.record.codec import MAX_PROPERTIES_BYTES, _properties_string
+from core.record.key_block import key_list
+from core.record.message import KEY_SEPARATOR, PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
 from core.status import PutMessageStatus
 
 SEPARATORS = ("\x01", "\x02")
@@ -24,7 +24,7 @@ def refusal_reason(messages: list, status: PutMessageStatus, max_message_size: i
                    bodies: list | None = None, uniq_keys=None) -> str:
     """The first rule the put breaks. `messages` are the put's messages; or, with `bodies`, one
     template message whose records differ only in body and (with `uniq_keys`, a list of
-    strings or a `core.key_block.KeyBlock`) UNIQ_KEY."""
+    strings or a `core.record.key_block.KeyBlock`) UNIQ_KEY."""
     if bodies is not None:
         template = messages[0]
         keys = key_list(uniq_keys) if uniq_keys is not None else [None] * len(bodies)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.message import message_ids
+from core.record.message import message_ids
 
 
 class PutMessageStatus(enum.StrEnum):
@@ -59,7 +59,7 @@ class GetMessageStatus(enum.StrEnum):
 
 
 _STARTS: dict = {}      # id(record_sizes) -> (record_sizes, each record's offset from the first)
-STARTS_KEPT = 256       # batch shapes (core.batch_encode keeps 128) and then some
+STARTS_KEPT = 256       # batch shapes (core.record.batch_encode keeps 128) and then some
 
 
 class AppendMessageResult(namedtuple("AppendMessageResult", (
@@ -78,7 +78,7 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
         """Each record's physical offset as int64 in 16 upper-case hex digits, separated by
         single spaces: one array and one hex call for a batch of any size. The records'
         offsets from the first are kept for the `record_sizes` tuples seen last (a batch
-        shape's sizes are one tuple, `core.batch_encode`), so a batch of a shape seen before
+        shape's sizes are one tuple, `core.record.batch_encode`), so a batch of a shape seen before
         adds its first offset with one numpy call."""
         return self.offsets_bytes().hex(" ", 8).upper()
 
@@ -138,7 +138,7 @@ class GetMessageResult:
     @property
     def messages(self) -> list:
         if self._messages is None:
-            from core.decode import pulled_messages
+            from core.record.decode import pulled_messages
             self._messages = pulled_messages(self.buffers)
         return self._messages
 

@@ -6,7 +6,7 @@ flush, commit, reput and allocate threads (and, on a master, the scheduler of de
 everything, writes the checkpoint and removes the abort file only when nothing is left
 undispatched. Reads are delegated to `StoreReader`. Consumer group offsets
 (`commit_offset`, `fetch_offset`) are kept in config/consumer_offsets.json, the file the
-reader process keeps when the store runs as services (core.consumer_offsets).
+reader process keeps when the store runs as services (core.meta.consumer_offsets).
 """
 from __future__ import annotations
 
@@ -17,26 +17,26 @@ import logging
 import time
 from operator import attrgetter, itemgetter
 
-from core.checkpoint import StoreCheckpoint
-from core.batch_encode import prepare_batch_records, prepare_each
-from core.commitlog import CommitLog, append_status_to_put
+from core.log.checkpoint import StoreCheckpoint
+from core.record.batch_encode import prepare_batch_records, prepare_each
+from core.log.commitlog import CommitLog, append_status_to_put
 from core.config import ConfigError, StoreConfig
-from core.store_format import check_store_format
-from core.consume_queue_store import ConsumeQueueStore
-from core.consumer_offsets import ConsumerOffsetStore
-from core.dispatch import Dispatcher
-from core.delay_put import delay_rules, delayed_put
+from core.log.store_format import check_store_format
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.meta.consumer_offsets import ConsumerOffsetStore
+from core.log.dispatch import Dispatcher
+from core.delay.put import delay_rules, delayed_put
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService, ScheduleService
-from core.fileops import REAL_FILE_OPS, FileOps
-from core.index_service import IndexService
-from core.message import PROPERTY_UNIQ_KEY, Message
-from core.read_path import StoreReader
-from core.recovery import rebuild_topic_queue_table, recover_store
+from core.files.fileops import REAL_FILE_OPS, FileOps
+from core.log.index_service import IndexService
+from core.record.message import PROPERTY_UNIQ_KEY, Message
+from core.read.store_reader import StoreReader
+from core.log.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
 from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus, new_result
-from core.store_files import AbortFile, StoreLock
-from core.topics import topic_name_problem
-from core.transient_pool import TransientStorePool
+from core.files.store_files import AbortFile, StoreLock
+from core.meta.topics import topic_name_problem
+from core.files.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class MessageStore:
         self._sync_flush = config.is_sync_flush
         self._is_slave = config.is_slave
         # A stored put that waits for the store's answer: a SYNC_MASTER also waits for a slave,
-        # and the embedded store is a single node (replication is services/ha.py, processes
+        # and the embedded store is a single node (replication is services/ha/service.py, processes
         # only): it answers SLAVE_NOT_AVAILABLE, as RocketMQ's master with no slave.
         self._acked = S.SLAVE_NOT_AVAILABLE if config.is_sync_master else _PUT_OK
         self.loaded = False
@@ -307,7 +307,7 @@ class MessageStore:
             if status is not None:
                 return PutMessageResult(status)
         if msg.properties:
-            msg = delayed_put(msg, self._delay_rules)         # DELAY or a timer: core.delay_put
+            msg = delayed_put(msg, self._delay_rules)         # DELAY or a timer: core.delay.put
             if msg.__class__ is PutMessageStatus:
                 return PutMessageResult(msg)
         result = self.commitlog.append_message(msg)

@@ -34,7 +34,7 @@ Bytes are counted from the moment a message is added until its batch is answered
 """
 from __future__ import annotations
 
-from core.message import Message, has_delay_level
+from core.record.message import Message, has_delay_level
 from core.put_refusal import message_problem
 from core.status import PutMessageStatus
 from ipc.send_result import OffsetIds, SendResult, parse_send_reply

@@ -59,7 +59,7 @@ import logging
 import math
 import time
 
-from core.subscription import subscription_tags
+from core.read.subscription import subscription_tags
 from ipc.client_common import check_int, check_timeout, check_wait_ms
 from ipc.connection import Connection, ConnectionClosed, MQError, raise_for_error
 from ipc.group_member import (BROADCASTING, CLUSTERING, DEFAULT_HEARTBEAT_INTERVAL_MS,

@@ -43,7 +43,7 @@ class Word(enum.IntEnum):
     TOPICS_VERSION = 20       # appender: bumped whenever config/topics.json changes
     PULLS_HELD = 21           # reader: pulls held for long polling (reput publishes arrivals only then)
     SPACE_FULL = 22           # supervisor (retention): 1 while the disk is over disk_space_warning_level_ratio
-    # 32..63: replication, every word written by the ha process (services/ha.py) only
+    # 32..63: replication, every word written by the ha process (services/ha/service.py) only
     HA_EPOCH = 32             # ha: this store's epoch (a slave: its master's, once hand-shaken)
     HA_FENCED = 33            # ha (master): 1 once a peer showed a newer epoch; puts are refused
     HA_SLAVES = 34            # ha (master): slaves connected and hand-shaken

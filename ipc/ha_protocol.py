@@ -20,9 +20,9 @@ Master -> slave, pushed after an OK handshake:
 - `heartbeat`: `offset` (where the next chunk starts), `max_offset`, `epoch`; when idle.
 - `reset`: `reason`; the master does not know this connection (it restarted, or closed it):
   hand-shake again.
-- `config`: `name` (one of core.config_sync.SYNCED_FILES: topics.json,
+- `config`: `name` (one of core.meta.config_sync.SYNCED_FILES: topics.json,
   consumer_offsets.json, delayOffset.json), `length`, then one raw frame of exactly `length`
-  bytes (at most core.config_sync.MAX_FILE_BYTES): the whole content of the master's
+  bytes (at most core.meta.config_sync.MAX_FILE_BYTES): the whole content of the master's
   `config/<name>`. Sent once after each OK handshake for every file the master has, then when a
   file's content changed; never answered. A bad `config` push raises `ConfigRejected` (a
   ProtocolError): the slave refuses that copy and keeps following.
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config_sync import MAX_FILE_BYTES, SYNCED_FILES
-from core.epochs import EpochFileError, check_entries
+from core.meta.config_sync import MAX_FILE_BYTES, SYNCED_FILES
+from core.log.epochs import EpochFileError, check_entries
 from ipc.protocol import ErrorCode, ProtocolError, decode_frame0, field, pack
 
 HA_VERSION = 1

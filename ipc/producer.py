@@ -48,9 +48,9 @@ from __future__ import annotations
 import random
 import time
 
-from core.hashing import java_hash
-from core.key_block import KeyBlock
-from core.message import Message
+from core.record.hashing import java_hash
+from core.record.key_block import KeyBlock
+from core.record.message import Message
 from core.status import PutMessageStatus
 from ipc.accumulator import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS
 from ipc.auto_batch import AutoBatcher
@@ -125,7 +125,7 @@ def message_fields(body, tags=None, keys=None, properties=None, flag=0,
 def encode_put(topic: str, body, tags=None, keys=None, properties=None, queue_id=None, flag=0,
                wait=True, uniq_key: str | None = None) -> tuple[dict, list, str]:
     """(fields, frames, uniq_key) of a `put` request; ValueError for an empty body or a topic
-    no client may send to (core.topics.send_topic_problem); TypeError or ValueError for tags,
+    no client may send to (core.meta.topics.send_topic_problem); TypeError or ValueError for tags,
     keys, properties or queue_id of the wrong type or value (module docstring)."""
     check_send_topic(topic)
     meta, frame, uniq = message_fields(body, tags, keys, properties, flag, uniq_key)
@@ -160,7 +160,7 @@ def _message_meta(m: Message, uniq: str) -> dict:
 
 def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, list, list | KeyBlock]:
     """(fields, frames, uniq_keys) of a `put_batch` request, the keys a list or (for bodies)
-    a core.key_block.KeyBlock. `items` are bodies (bytes or str)
+    a core.record.key_block.KeyBlock. `items` are bodies (bytes or str)
     or core.Message objects (their tags, keys, properties and flag are kept). One body given
     where the list belongs raises TypeError (a str would be sent one message per character); a
     Message of another topic raises ValueError, as RocketMQ's MessageBatch refuses a batch of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.topics import send_topic_problem
+from core.meta.topics import send_topic_problem
 
 EMPTY_BODY = "a message body cannot be empty (RocketMQ's client refuses it too)"
 

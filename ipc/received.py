@@ -19,13 +19,13 @@ import base64
 import struct
 from itertools import repeat
 
-from core.codec import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
-from core.message import (
+from core.record.codec import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
+from core.record.message import (
     DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
 )
-from core.record_crc import strip
-from core.record_scan import like_run_length
+from core.record.crc_property import strip
+from core.record.scan import like_run_length
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
 # STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
@@ -262,7 +262,7 @@ def find_records(buf) -> RecordSpans:
 
 def _take_run(buf: bytes, pos: int, size: int, body_len: int, end: int, out: RecordSpans) -> int:
     """Add the records of `size` bytes with a body of `body_len` that lie back to back from
-    `pos` (`core.record_scan.like_run_length`: a strided numpy check, in windows that grow
+    `pos` (`core.record.scan.like_run_length`: a strided numpy check, in windows that grow
     eightfold); return how many, 0 when fewer than RUN_MIN."""
     n = like_run_length(buf, pos, None, size, body_len, (end - pos) // size)
     if n < RUN_MIN:

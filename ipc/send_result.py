@@ -7,8 +7,8 @@ field, a bad topic name) MESSAGE_ILLEGAL.
 """
 from __future__ import annotations
 
-from core.key_block import KeyBlock
-from core.message import message_ids
+from core.record.key_block import KeyBlock
+from core.record.message import message_ids
 from core.status import PutMessageStatus
 from ipc.protocol import ERROR, ErrorCode
 
@@ -40,7 +40,7 @@ class SendResult:
         self.phys_offset = phys_offset
         self.store_timestamp = store_timestamp
         self.count = count
-        self._uniq_keys = uniq_keys    # a list, or a core.key_block.KeyBlock split on first use
+        self._uniq_keys = uniq_keys    # a list, or a core.record.key_block.KeyBlock split on first use
         self.error_code = error_code
         self.reason = reason
 
@@ -119,7 +119,7 @@ class OffsetIds:
         return len(self.offsets) // 8 if self.host else 0
 
     def ids(self) -> list:
-        """One id per record (core.message.message_ids)."""
+        """One id per record (core.record.message.message_ids)."""
         return message_ids(self.host, self.offsets)
 
 

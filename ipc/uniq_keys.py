@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 
-from core.key_block import KeyBlock
+from core.record.key_block import KeyBlock
 
 UNIQ_KEY = "UNIQ_KEY"
 _KEYS_PER_MS = 0x10000
@@ -95,7 +95,7 @@ class UniqKeyGenerator:
         return self.next_key_block(n).keys()
 
     def next_key_block(self, n: int) -> KeyBlock:
-        """`next_keys(n)` as one core.key_block.KeyBlock: ASCII bytes back to back, no string
+        """`next_keys(n)` as one core.record.key_block.KeyBlock: ASCII bytes back to back, no string
         per key (what a batch of bodies sends as `uniq_key_block`)."""
         parts = []
         count = n

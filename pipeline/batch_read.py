@@ -25,8 +25,8 @@ import time
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from core.codec import RecordCheck, check_record
-from core.mapped_file import offset_to_file_name
+from core.record.codec import RecordCheck, check_record
+from core.files.mapped_file import offset_to_file_name
 from pipeline import options as opt
 from pipeline.rows import Columns, Stop, check_schema, full_batches
 

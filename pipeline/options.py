@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from core.topics import topic_name_problem
+from core.meta.topics import topic_name_problem
 
 
 def text(options, name: str, default: str | None = None) -> str | None:

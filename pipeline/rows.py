@@ -12,7 +12,7 @@ millisecond timestamps as Spark timestamps (UTC) and hosts as "ip:port" text:
 other properties (UNIQ_KEY among them), TAGS and KEYS having columns of their own.
 
 `take_records` walks records laid end to end (a CommitLog segment, or a pull reply's frame in
-the "raw" format), each read once by core.codec.parse_record, the parser recovery's checks
+the "raw" format), each read once by core.record.codec.parse_record, the parser recovery's checks
 (check_record) use.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
-from core.codec import RecordCheck, parse_record
-from core.message import (
+from core.record.codec import RecordCheck, parse_record
+from core.record.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED, bytes_to_host,
     create_message_id,
 )

@@ -26,7 +26,7 @@ import dataclasses
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from core.message import Message
+from core.record.message import Message
 from pipeline import options as opt
 
 BATCH_BYTES = 4 << 20     # bodies per put_batch at most, as RocketMQ's producer caps a batch (maxMessageSize)

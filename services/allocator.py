@@ -26,7 +26,7 @@ import time
 
 import zmq
 
-from core.fileops import REAL_FILE_OPS
+from core.files.fileops import REAL_FILE_OPS
 from ipc.control_block import Word
 from ipc.protocol import OK, ErrorCode, Handlers, ProtocolError, error_reply, field, pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket

@@ -1,6 +1,6 @@
 """The committer process (only with the transient store pool): copies [COMMITTED, WROTE) from
 the shared-memory buffer lent to each segment into the segment file, with
-`core.mapped_file.MappedFile.commit` (docs/SERVICES.md, committer).
+`core.files.mapped_file.MappedFile.commit` (docs/SERVICES.md, committer).
 
 It commits every `commit_interval_commitlog` ms, or at once on a `commit` wakeup from the
 appender (PULL on ipc `committer`), when at least `commit_commitlog_least_pages` pages are
@@ -22,13 +22,13 @@ import time
 
 import zmq
 
-from core.cache_window import UnmapBehind
-from core.least_pages import LeastPages
+from core.files.cache_window import UnmapBehind
+from core.files.least_pages import LeastPages
 from ipc.control_block import Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
-from services.append_pool import SharedPool
-from services.append_waiters import Histogram
+from services.transient_pool import SharedPool
+from services.appender.waiters import Histogram
 from services.base import ServiceLoop, run_service
 from services.segment_cache import SegmentCache
 

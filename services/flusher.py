@@ -1,7 +1,7 @@
 """The flusher process: makes [FLUSHED, COMMITTED) of the CommitLog durable and owns the
 checkpoint file while the services run (docs/SERVICES.md, flusher).
 
-Flushing goes through the engine's seam: `core.mapped_file.MappedFile.flush` on a read-only
+Flushing goes through the engine's seam: `core.files.mapped_file.MappedFile.flush` on a read-only
 mapping of each segment, which ends in `Mapping.flush` (fdatasync of the file: it writes back
 the pages every process dirtied through its own mapping). The flusher never writes data.
 
@@ -18,7 +18,7 @@ LAST_STORE_TS it read before choosing its target (so never a record it has not f
 the appender's order of writes), and under SYNC_FLUSH then wakes the appender through the
 `flushed` FIFO (the appender reads FLUSHED after it; a lost wakeup costs it one poll interval).
 
-The checkpoint (`core.checkpoint.StoreCheckpoint`) gets physic timestamp, flushed and confirm
+The checkpoint (`core.log.checkpoint.StoreCheckpoint`) gets physic timestamp, flushed and confirm
 offsets and copies of LOGICS_TS, INDEX_TS and DISPATCHED_DURABLE whenever one of them changed,
 at most every CHECKPOINT_INTERVAL_S (each write is an fdatasync of its own, kept off the group
 commit's path), and at drain. A stale checkpoint only makes a recovery scan more.
@@ -36,13 +36,13 @@ import time
 
 import zmq
 
-from core.checkpoint import StoreCheckpoint
-from core.fileops import REAL_FILE_OPS
-from core.least_pages import LeastPages
+from core.log.checkpoint import StoreCheckpoint
+from core.files.fileops import REAL_FILE_OPS
+from core.files.least_pages import LeastPages
 from ipc.control_block import ServiceState, Word
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from ipc.wakeup import Wakeup
-from services.append_waiters import Histogram
+from services.appender.waiters import Histogram
 from services.base import ServiceLoop, run_service
 from services.segment_cache import SegmentCache
 

@@ -1,5 +1,5 @@
 """The reput process (RocketMQ's ReputMessageService): the only writer of consumequeue/ and
-index/. It dispatches the CommitLog range [DISPATCHED, CONFIRM) with core.dispatch.Dispatcher
+index/. It dispatches the CommitLog range [DISPATCHED, CONFIRM) with core.log.dispatch.Dispatcher
 over a read-only CommitLog view, into core.ConsumeQueueStore and core.IndexService.
 
 Each loop (every millisecond while the reader holds pulls, as RocketMQ's; every
@@ -47,13 +47,13 @@ import time
 
 import zmq
 
-from core.consume_queue import UNIT_SIZE
-from core.consume_queue_store import ConsumeQueueStore
-from core.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS, Dispatcher, DispatchStop
-from core.fileops import REAL_FILE_OPS
-from core.index_service import IndexService
-from core.cache_window import DropBehind, UnmapBehind
-from core.readonly_views import CommitLogView
+from core.log.consume_queue import UNIT_SIZE
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS, Dispatcher, DispatchStop
+from core.files.fileops import REAL_FILE_OPS
+from core.log.index_service import IndexService
+from core.files.cache_window import DropBehind, UnmapBehind
+from core.read.views import CommitLogView
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket

@@ -1,6 +1,6 @@
 """The scheduler process: delivers delayed messages when due (docs/SERVICES.md, scheduler).
 
-It hosts core.schedule.DelayScheduler (delay levels) and core.timer_job.TimerScheduler (timer
+It hosts core.delay.schedule.DelayScheduler (delay levels) and core.delay.timer_job.TimerScheduler (timer
 messages), the jobs the embedded store runs in its schedule thread. Around them:
 - read-only views of the CommitLog (up to CONFIRM) and of the schedule queues (entries of
   records below DISPATCHED), as the reader has them;
@@ -29,23 +29,23 @@ import time
 
 import zmq
 
-from core.codec import SCHEDULE_TOPIC
-from core.delay_offsets import DelayOffsetStore
-from core.delay_put import TIMER_TOPIC
-from core.readonly_views import CommitLogView, ConsumeQueueStoreView
-from core.schedule import ACKED, DelayScheduler, batch_groups
-from core.timer_job import TimerScheduler
+from core.record.codec import SCHEDULE_TOPIC
+from core.delay.offsets import DelayOffsetStore
+from core.delay.put import TIMER_TOPIC
+from core.read.views import CommitLogView, ConsumeQueueStoreView
+from core.delay.schedule import ACKED, DelayScheduler, batch_groups
+from core.delay.timer_job import TimerScheduler
 from core.status import PutMessageStatus
 from ipc.control_block import Word
 from ipc.protocol import ErrorCode, pack, unpack
 from ipc.sockets import make_socket
-from services.append_waiters import BUCKETS_MS, SUM_KEY
+from services.appender.waiters import BUCKETS_MS, SUM_KEY
 from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.scheduler")
 REPLY_TIMEOUT_S = 5.0
 # Error replies no retry changes (a queue id beyond the real topic's queues, a bad topic):
-# taken as MESSAGE_ILLEGAL, which the jobs skip (core.schedule.NEVER).
+# taken as MESSAGE_ILLEGAL, which the jobs skip (core.delay.schedule.NEVER).
 PERMANENT_ERRORS = (int(ErrorCode.BAD_FIELD), int(ErrorCode.BAD_TOPIC))
 SLAVE_POLL_MS = 200
 
@@ -124,7 +124,7 @@ class Scheduler(ServiceLoop):
         return self._queue_of(0, TIMER_TOPIC)
 
     def _put_all(self, msgs) -> list:
-        """Re-put `msgs`, each group of core.schedule.batch_groups as one `put_batch`, and wait
+        """Re-put `msgs`, each group of core.delay.schedule.batch_groups as one `put_batch`, and wait
         for the replies; the messages of a batch that is refused are sent again one by one. A
         status per message, None for one not answered in time."""
         groups = batch_groups(msgs, self.config.max_message_size)

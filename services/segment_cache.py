@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import MappedFile, offset_to_file_name
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import MappedFile, offset_to_file_name
 
 
 class SegmentCache:
@@ -25,7 +25,7 @@ class SegmentCache:
 
     @property
     def files(self) -> list[MappedFile]:
-        """The open segments (core.cache_window.UnmapBehind walks them)."""
+        """The open segments (core.files.cache_window.UnmapBehind walks them)."""
         return list(self._open.values())
 
     def hold(self, mf: MappedFile):

@@ -23,7 +23,7 @@ import sys
 import tomllib
 
 from core.config import ENV_PREFIX, ConfigError, StoreConfig
-from core.store_files import StoreLockedError
+from core.files.store_files import StoreLockedError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 DEFAULT_STORE = "./store-data"

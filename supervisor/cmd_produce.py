@@ -40,8 +40,8 @@ import itertools
 import sys
 import time
 
-from core.message import SYSTEM_PROPERTIES, Message
-from core.topics import send_topic_problem
+from core.record.message import SYSTEM_PROPERTIES, Message
+from core.meta.topics import send_topic_problem
 from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError

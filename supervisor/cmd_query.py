@@ -22,7 +22,7 @@ import json
 import sys
 import time
 
-from core.message import decode_message_id
+from core.record.message import decode_message_id
 from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict

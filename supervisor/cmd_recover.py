@@ -14,8 +14,8 @@ import os
 import sys
 
 from core.config import ConfigError
-from core.mapped_file_queue import StoreLoadError
-from core.store_files import StoreLockedError
+from core.files.mapped_file_queue import StoreLoadError
+from core.files.store_files import StoreLockedError
 from supervisor.cli import (
     EXIT_CODES_HELP, EXIT_OK, EXIT_PROBLEMS, UsageError, add_store_options, store_config,
 )

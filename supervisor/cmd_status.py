@@ -29,7 +29,7 @@ import psutil
 import zmq
 
 from core.config import ENV_PREFIX
-from core.topics import MAX_QUEUES, topic_name_problem
+from core.meta.topics import MAX_QUEUES, topic_name_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from ipc.connection import DEFAULT_STORE

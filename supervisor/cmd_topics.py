@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from core.topics import MAX_QUEUES, is_system_topic, queue_count_problem
+from core.meta.topics import MAX_QUEUES, is_system_topic, queue_count_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from supervisor.cli import UsageError

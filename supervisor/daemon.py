@@ -40,9 +40,9 @@ import time
 import zmq
 
 from core.config import ConfigError
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file_queue import StoreLoadError
-from core.store_files import AbortFile, StoreLock, StoreLockedError
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file_queue import StoreLoadError
+from core.files.store_files import AbortFile, StoreLock, StoreLockedError
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import unpack
 from ipc.access import AccessGuard

@@ -14,7 +14,7 @@ import time
 
 import zmq
 
-from core.topics import TopicTable
+from core.meta.topics import TopicTable
 from core.config import ConfigError, StoreConfig
 from ipc.protocol import OK, PROTOCOL_VERSION, ErrorCode, Handlers, ProtocolError, field, reply
 from supervisor import status_report

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ipc.control_block import ServiceState
-from services.append_waiters import BUCKETS_MS, SUM_KEY
+from services.appender.waiters import BUCKETS_MS, SUM_KEY
 from supervisor import status_report
 from supervisor.delayed_report import delayed_families
 

@@ -8,12 +8,12 @@ and the truncation of a diverged slave.
   front door and run from the supervisor's loop (`poll`): the appender and the ha process
   stop, run/config.json gets the new `broker_role` (and `ha_master_address`), the SLAVE word
   and the replication words are set, and both start again. A promoted ha process records a
-  new epoch at the log's end (core.epochs); the restarted appender re-validates the log's tail
+  new epoch at the log's end (core.log.epochs); the restarted appender re-validates the log's tail
   and takes puts. The change lasts for this run: the configuration file decides the next
   start.
 - A `truncate` event (a slave told by its master that its log diverged) stops every service,
   loads the store (the recovery of a crash: the abort file is there), cuts the log, consume
-  queues and index at the offset durably (core.recovery.truncate_diverged), seeds the control
+  queues and index at the offset durably (core.log.recovery.truncate_diverged), seeds the control
   block again and starts every service; the ha process then hand-shakes again from there.
   The front door does not answer while that runs (a few seconds for a small store).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from core.recovery import truncate_diverged
+from core.log.recovery import truncate_diverged
 from core.store import MessageStore
 from ipc.control_block import Word
 from supervisor.runtime import STOP_ORDER, clear_replication_words, reseed_control_block, write_run_config

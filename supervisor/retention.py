@@ -35,7 +35,7 @@ import logging
 import os
 import time
 
-from core.fileops import REAL_FILE_OPS
+from core.files.fileops import REAL_FILE_OPS
 from ipc.control_block import ControlBlock, Word
 
 log = logging.getLogger("mqstore.supervisor.retention")

@@ -28,8 +28,8 @@ from multiprocessing import shared_memory
 
 import psutil
 
-from core.checkpoint import StoreCheckpoint
-from core.fileops import REAL_FILE_OPS
+from core.log.checkpoint import StoreCheckpoint
+from core.files.fileops import REAL_FILE_OPS
 from ipc.control_block import (
     POOL_BUFFERS, ControlBlock, ServiceState, Slot, Word, now_ms, read_control_name,
 )

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 
-from core.topics import TopicTable, TopicTableError
+from core.meta.topics import TopicTable, TopicTableError
 from ipc.control_block import ControlBlock, Word
 from supervisor.retention import disk_used_ratio
 
@@ -94,7 +94,7 @@ def disk_usage(config) -> dict:
 
 def read_topics(config, table: TopicTable | None = None) -> list[dict]:
     """`[{topic, queues}]` sorted by name: the appender's topic table (config/topics.json,
-    `core.topics`), and any topic that only has consume queues on disk (a store written by
+    `core.meta.topics`), and any topic that only has consume queues on disk (a store written by
     the embedded engine) with its highest queue id + 1. `table`, when given, is a loaded
     table that is reloaded only if the file changed."""
     found: dict[str, int] = {}

@@ -107,7 +107,7 @@ def written_store(open_store):
     """`written_store(config, count, body=b"x" * 50, topics=("T",))`: open a store, put `count`
     messages (message i: topic topics[i % len(topics)], KEYS k<i>), wait until they are
     dispatched and shut it down cleanly; returns the end of its CommitLog."""
-    from core.message import Message
+    from core.record.message import Message
 
     def make(config: StoreConfig, count: int, body: bytes = b"x" * 50, topics=("T",)) -> int:
         store = open_store(config)

@@ -30,7 +30,7 @@ import threading
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from ipc import Consumer, Producer
 from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore, cli, pid_gone

@@ -139,8 +139,8 @@ def _handshake(sock, rid: int, store_id: str, epochs, max_offset: int) -> dict:
 
 
 def test_handshake_safety_rules(tmp_path, stores):
-    from core.epochs import EpochFile
-    from core.fileops import REAL_FILE_OPS
+    from core.log.epochs import EpochFile
+    from core.files.fileops import REAL_FILE_OPS
     m = master(tmp_path, role="ASYNC_MASTER")
     stores.append(m)
     put_range(m, "S", 0, 10)

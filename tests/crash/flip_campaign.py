@@ -16,8 +16,8 @@ import struct
 from dataclasses import dataclass, field
 
 from core import Message, MessageStore, StoreConfig, fsck
-from core.consume_queue import UNIT_SIZE
-from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from core.log.consume_queue import UNIT_SIZE
+from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from core.status import GetMessageStatus
 
 SEG = 4096 * 4

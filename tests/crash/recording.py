@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from core.fileops import TMP_SUFFIX, FileOps, Mapping
+from core.files.fileops import TMP_SUFFIX, FileOps, Mapping
 
 PAGE = 4096
 SECTOR = 512

@@ -25,10 +25,10 @@ import time
 
 import pytest
 
-import core.commitlog
+import core.log.commitlog
 from core import Message, MessageStore, PutMessageStatus, StoreConfig
-from core.codec import DispatchRequest, check_record
-from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
+from core.record.codec import DispatchRequest, check_record
+from core.log.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.fsck import check as fsck_check
 from recording import RecordingFileOps, SimulatedCrash
 
@@ -109,7 +109,7 @@ class Workload:
 
 
 class FastClock:
-    """Stands in for the `time` module of core.commitlog: each store timestamp is 2 s after the
+    """Stands in for the `time` module of core.log.commitlog: each store timestamp is 2 s after the
     previous one, so that the checkpoint's minimum timestamp (less its 3 s margin) falls inside
     the log and abnormal recovery starts from a later segment."""
 
@@ -391,7 +391,7 @@ def test_power_cut_before_flushes_of_a_running_store(store_root, crash_dir, monk
                                                      puts, commitlog_every, index):
     """Frequent checkpoints and store time running fast: recovery starts late, so the order
     of the flushes of CommitLog, consume queues, index and checkpoint matters."""
-    monkeypatch.setattr(core.commitlog, "time", FastClock())
+    monkeypatch.setattr(core.log.commitlog, "time", FastClock())
     check_crash_points_before_flushes(store_root, crash_dir, puts, commitlog_every, index)
 
 

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from core import MessageStore
-from core.store_files import StoreLock
+from core.files.store_files import StoreLock
 from ipc.control_block import ServiceState
 from ipc.protocol import pack, unpack
 from ipc.sockets import make_socket

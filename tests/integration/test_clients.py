@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from core.status import PutMessageStatus
 from ipc import Admin, Consumer, Producer
 from ipc.connection import MQError, PeerUnreachable

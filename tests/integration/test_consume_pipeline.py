@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from ipc import Admin, Consumer, Producer
 from tests.integration.harness import wait_for
 from tests.integration.supervised import SupervisedStore

@@ -10,7 +10,7 @@ import signal
 import time
 
 
-from core.decode import decode_message
+from core.record.decode import decode_message
 from tests.integration.harness import wait_for
 from tests.integration.supervised import pid_gone, supervised_stores as store  # noqa: F401
 

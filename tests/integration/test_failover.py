@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from core.epochs import EpochFile
-from core.fileops import REAL_FILE_OPS
+from core.log.epochs import EpochFile
+from core.files.fileops import REAL_FILE_OPS
 from tests.integration.harness import RawClient, wait_for
 from tests.integration.replicas import (  # noqa: F401 (stores: the fixture)
     stores, connected_pair, put_all,

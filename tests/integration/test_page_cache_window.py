@@ -1,4 +1,4 @@
-"""`page_cache_window_commitlog` on a running store (core/cache_window.py): once what the
+"""`page_cache_window_commitlog` on a running store (core/files/cache_window.py): once what the
 producers wrote is flushed and dispatched, the CommitLog's pages more than the window behind
 hold no page cache (read with mincore), the window does, and every message still reads back
 byte-identical, from the disk. Segments are larger than the flusher's retry range, so pages

@@ -4,7 +4,7 @@ and without a tag filter, within `max_msgs`, and a reply that is not FOUND is th
 pull's answer."""
 from __future__ import annotations
 
-from core.decode import decode_message
+from core.record.decode import decode_message
 from tests.integration.test_read_services import pull, services, split_records  # noqa: F401 (fixture)
 
 

@@ -1,5 +1,5 @@
 """The reput and reader processes, started for real (tests/integration/harness.py), with this
-test process as the only CommitLog writer (core.commitlog.CommitLog on the same directory:
+test process as the only CommitLog writer (core.log.commitlog.CommitLog on the same directory:
 append, flush, then raise WROTE, COMMITTED, FLUSHED and CONFIRM in the control block).
 
 Covered: pulls in order and byte for byte across many segment rolls, raw and fields formats,
@@ -16,13 +16,13 @@ import time
 import pytest
 import zmq
 
-from core.decode import decode_message
-from core.commitlog import CommitLog
+from core.record.decode import decode_message
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.consume_queue_store import ConsumeQueueStore
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.topics import TopicTable
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.meta.topics import TopicTable
 from ipc.control_block import Slot, Word
 from ipc.protocol import ErrorCode, pack, unpack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket

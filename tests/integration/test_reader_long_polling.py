@@ -8,8 +8,8 @@ import time
 
 import zmq
 
-from core.dispatch import IDLE_AFTER_S
-from core.topics import TopicTable
+from core.log.dispatch import IDLE_AFTER_S
+from core.meta.topics import TopicTable
 from ipc.control_block import Word
 from ipc.protocol import pack, unpack
 from ipc.sockets import ipc_endpoint, make_socket

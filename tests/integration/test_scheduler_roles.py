@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from core.decode import decode_message
+from core.record.decode import decode_message
 from ipc.control_block import Word
 from tests.integration.harness import RawClient, ServiceHarness, wait_for
 from tests.integration.test_read_services import make_config

@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.store_files import StoreLock
-from services.append_waiters import BUCKETS_MS
+from core.files.store_files import StoreLock
+from services.appender.waiters import BUCKETS_MS
 from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli, pid_gone
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)

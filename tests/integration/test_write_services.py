@@ -16,11 +16,11 @@ import pytest
 import zmq
 
 from core import MessageStore, fsck
-from core.checkpoint import StoreCheckpoint
-from core.codec import SCHEDULE_TOPIC
-from core.fileops import REAL_FILE_OPS
+from core.log.checkpoint import StoreCheckpoint
+from core.record.codec import SCHEDULE_TOPIC
+from core.files.fileops import REAL_FILE_OPS
 from core.status import GetMessageStatus
-from core.topics import TopicTable
+from core.meta.topics import TopicTable
 from ipc.control_block import Word
 from ipc.protocol import ErrorCode, unpack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket

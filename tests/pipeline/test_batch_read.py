@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pyspark.sql.datasource import CaseInsensitiveDict
 
-from core.message import (
+from core.record.message import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, Message,
 )
 from pipeline.batch_read import CommitLogReader

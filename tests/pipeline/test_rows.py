@@ -1,5 +1,5 @@
 """The Spark source's record parser (pipeline/rows.py) against the store's own decoder
-(core.decode): for random records laid end to end, the rows are the messages a consumer is
+(core.record.decode): for random records laid end to end, the rows are the messages a consumer is
 given, field for field, and every stop (blank, end, corrupt, batch full, queue limit) comes at
 the record it names."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipeline.rows as rows_module
-from core.codec import check_record, encode_message, write_blank
-from core.decode import decode_message
-from core.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
+from core.record.codec import check_record, encode_message, write_blank
+from core.record.decode import decode_message
+from core.record.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED
 from ipc.received import host_text
 from pipeline.rows import ARROW_SCHEMA, Columns, Stop, take_records
 from tests.pipeline.arrow_rows import rows_of
@@ -57,7 +57,7 @@ def test_rows_equal_the_store_decoder_for_random_records(msgs, store_ts, v2_firs
 
 
 def test_every_stop_names_the_record_it_stopped_at(monkeypatch):
-    from core.message import Message
+    from core.record.message import Message
     recs = [encode_message(Message("T", b"%03d" % i), queue_offset=i) for i in range(6)]
     size = len(recs[0])
     buf = bytearray(b"".join(recs) + bytes(64))
@@ -81,7 +81,7 @@ def test_every_stop_names_the_record_it_stopped_at(monkeypatch):
 
 
 def test_a_batch_has_the_schema_spark_checks():
-    from core.message import Message
+    from core.record.message import Message
     buf = encode_message(Message("T", b"x", tags="a", properties={"k": "v"}))
     out = Columns()
     take_records(buf, 0, len(buf), out)
@@ -98,7 +98,7 @@ def test_a_schema_given_by_the_user_is_refused():
 
 
 def test_a_timestamp_beyond_microseconds_is_null_not_wrapped():
-    from core.message import Message
+    from core.record.message import Message
     buf = b"".join(encode_message(Message("T", b"x", born_timestamp=t)) for t in (1 << 62, 1_700_000_000_000))
     out = Columns()
     take_records(buf, 0, len(buf), out)

@@ -1,8 +1,8 @@
 """Regression: `MappedFile.append_bytes` on a segment nobody had mapped yet raised
 AttributeError (it wrote through `self.buf`, which is None until `hold()`), and on a
 destroyed segment it wrote into a closed mapping instead of refusing."""
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import MappedFile
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import MappedFile
 
 
 def make(tmp_path, size=4096):

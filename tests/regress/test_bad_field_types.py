@@ -4,7 +4,7 @@ properties of None in a batch (and in a SYNC_FLUSH single put, after the record 
 appended); a sys flag of None in a batch."""
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from core.status import PutMessageStatus
 
 S = PutMessageStatus

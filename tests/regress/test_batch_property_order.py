@@ -9,7 +9,7 @@ other bytes than the same messages put one by one. RocketMQ writes each message'
 properties string."""
 import struct
 
-from core.record_crc import strip
+from core.record.crc_property import strip
 
 import pytest
 

@@ -13,9 +13,9 @@ import copy
 import gc
 import weakref
 
-from core.batch_encode import prepare_batch_records
-from core.codec import prepare_batch
-from core.message import Message, host_to_bytes
+from core.record.batch_encode import prepare_batch_records
+from core.record.codec import prepare_batch
+from core.record.message import Message, host_to_bytes
 
 STORE_HOST = host_to_bytes(("127.0.0.1", 10911))[0]
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from ipc import Consumer, Producer
 from tests.integration.supervised import SupervisedStore
 

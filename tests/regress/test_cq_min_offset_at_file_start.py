@@ -2,8 +2,8 @@
 offset a multiple of the entries per file, e.g. its head expired before it was built)
 reported min offset 0 instead of that entry's offset, because only the blank-filling path
 set the queue's start."""
-from core.consume_queue import ConsumeQueue
-from core.fileops import REAL_FILE_OPS
+from core.log.consume_queue import ConsumeQueue
+from core.files.fileops import REAL_FILE_OPS
 
 
 def test_min_offset_of_a_queue_starting_at_a_file_boundary(tmp_path):

@@ -7,9 +7,9 @@ recovery then left consume-queue entries pointing past the recovered CommitLog e
 """
 import os
 
-from core.consume_queue import ConsumeQueue
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
+from core.log.consume_queue import ConsumeQueue
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
 
 
 def test_truncate_looks_past_an_empty_last_file(tmp_path):

@@ -6,9 +6,9 @@ decoded with truncated properties (KEYS "k1 k2" came back as "k"), instead of ra
 """
 import pytest
 
-from core.codec import encode_message
-from core.decode import decode_message
-from core.message import Message
+from core.record.codec import encode_message
+from core.record.decode import decode_message
+from core.record.message import Message
 
 
 def test_a_record_cut_inside_its_properties_is_refused():

@@ -2,7 +2,7 @@
 so every put of more than a few bytes became MESSAGE_ILLEGAL. RocketMQ's CommitLog re-reads
 maxMessageSize on every put but ignores values below 10 (updateMaxMessageSize; reference
 2.7): the previous limit stays in force, for single puts and batches alike."""
-from core.message import Message
+from core.record.message import Message
 from core.status import PutMessageStatus as S
 
 

@@ -10,8 +10,8 @@ import errno
 import os
 import time
 
-from core.fileops import FileOps
-from core.message import Message
+from core.files.fileops import FileOps
+from core.record.message import Message
 from core.running_flags import DISK_FULL
 from core.status import PutMessageStatus
 

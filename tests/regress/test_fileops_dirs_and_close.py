@@ -3,7 +3,7 @@ could otherwise lose `consumequeue/<topic>` while `<topic>/<qid>` was synced), a
 Mapping.close never leaks the descriptor when a buffer export is alive."""
 import os
 
-from core.fileops import FileOps
+from core.files.fileops import FileOps
 
 
 class CountingFileOps(FileOps):

@@ -2,8 +2,8 @@
 before the header's count, left the slot pointing at the entry just past the count. The put
 of the same record after the restart chained that entry to itself, and every older key of
 that slot became unfindable (fsck: index_missing after a SIGKILL of reput)."""
-from core.fileops import FileOps
-from core.index_file import HEADER_SIZE, IndexFile
+from core.files.fileops import FileOps
+from core.log.index_file import HEADER_SIZE, IndexFile
 
 
 def test_put_after_a_put_torn_between_slot_and_header(tmp_path):

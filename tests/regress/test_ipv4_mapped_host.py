@@ -1,8 +1,8 @@
 """An IPv4-mapped IPv6 address (`::ffff:1.2.3.4`, as a dual-stack socket reports an IPv4 peer)
 was stored as a 20-byte IPv6 host with the IPv6 SYSFLAG bit. Java's InetAddress makes such an
 address an Inet4Address, so RocketMQ stores it as 4 address bytes: so do we now."""
-from core.codec import prepare_record
-from core.message import Message, SYSFLAG_BORNHOST_V6, host_to_bytes
+from core.record.codec import prepare_record
+from core.record.message import Message, SYSFLAG_BORNHOST_V6, host_to_bytes
 
 
 def test_mapped_address_is_stored_as_ipv4():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.codec import encode_message
-from core.decode import decode_message
-from core.message import Message
+from core.record.codec import encode_message
+from core.record.decode import decode_message
+from core.record.message import Message
 
 
 @pytest.mark.parametrize("keys", [" a  b ", "a  b", " lead", "trail ", "single"])

@@ -1,8 +1,8 @@
 """TAGS that is not a str was refused (MESSAGE_ILLEGAL) for a message without properties but
 raised AttributeError out of `prepare_record` (and so out of `put_message`) for one with
 properties: the tag hash was taken outside the check. Both are refused now."""
-from core.codec import prepare_record
-from core.message import Message
+from core.record.codec import prepare_record
+from core.record.message import Message
 from core.status import PutMessageStatus
 
 

@@ -3,9 +3,9 @@
 `properties_to_string` skips None values (as RocketMQ skips nulls), but the separator check
 in `prepare_record` counted every pair of the map, so the counts never matched.
 """
-from core.codec import encode_message, prepare_record
-from core.decode import decode_message
-from core.message import Message
+from core.record.codec import encode_message, prepare_record
+from core.record.decode import decode_message
+from core.record.message import Message
 from core.status import PutMessageStatus
 
 

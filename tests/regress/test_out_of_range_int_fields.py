@@ -4,8 +4,8 @@ inside the append lock, instead of answering MESSAGE_ILLEGAL; and the single-put
 then left its lock timestamp set, so every later put answered OS_PAGECACHE_BUSY."""
 import pytest
 
-from core.codec import prepare_record
-from core.message import Message
+from core.record.codec import prepare_record
+from core.record.message import Message
 from core.status import PutMessageStatus
 
 BAD = [

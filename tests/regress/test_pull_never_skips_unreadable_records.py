@@ -3,7 +3,7 @@
 next_begin_offset past them, so a tailing consumer lost messages. Only records below the log's
 min offset are removed; others stop the pull where they start."""
 from core import GetMessageStatus, Message
-from core.read_path import StoreReader
+from core.read.store_reader import StoreReader
 
 
 class TrailingCommitLog:

@@ -2,7 +2,7 @@
 view of the CommitLog as removed, skipped it and advanced next_begin_offset past it, so a
 consumer tailing a queue under load lost messages. Now such a pull stops there."""
 from core import GetMessageStatus, Message
-from services.read_pull import BatchStoreReader
+from services.reader.pull import BatchStoreReader
 
 
 class TrailingView:

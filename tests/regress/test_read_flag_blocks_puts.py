@@ -1,7 +1,7 @@
 """Regression: `put_message` refused every put with SERVICE_NOT_AVAILABLE when any running
 flag was set, including NOT_READABLE, which in RocketMQ stops reads only (isWriteable
 ignores it); `put_messages` followed the rule correctly."""
-from core.message import Message
+from core.record.message import Message
 from core.running_flags import NOT_READABLE
 
 

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from core.config import StoreConfig
-from core.mapped_file import offset_to_file_name
-from core.message import Message
+from core.files.mapped_file import offset_to_file_name
+from core.record.message import Message
 from tests.unit.recovery_workload import open_store
 
 SEG = 64 * 1024

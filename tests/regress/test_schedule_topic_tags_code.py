@@ -11,8 +11,8 @@ import struct
 import pytest
 
 from core import Message, MessageStore, fsck
-from core.codec import SCHEDULE_TOPIC
-from core.hashing import java_hash
+from core.record.codec import SCHEDULE_TOPIC
+from core.record.hashing import java_hash
 
 DELAYS = {1: 1000, 3: 10000, 18: 7200000, 40: 7200000}
 
@@ -50,7 +50,7 @@ def test_delay_queue_tag_code_is_the_delivery_time(tiny_config, count):
                 expected.setdefault(m.queue_id, []).append(
                     (r.append_result.wrote_offset, r.append_result.wrote_bytes,
                      r.append_result.store_timestamp + DELAYS[level]))
-        # (A DELAY put to another topic is stored in SCHEDULE_TOPIC_XXXX now: core.delay_put.)
+        # (A DELAY put to another topic is stored in SCHEDULE_TOPIC_XXXX now: core.delay.put.)
         plain = store.put_message(Message("PLAIN", b"p", tags="T", properties={"DELAY": "0"}))
         assert plain.status.ok
         assert store.wait_for_dispatch()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from core.config import StoreConfig
-from core.message import Message
+from core.record.message import Message
 from core.status import GetMessageStatus, PutMessageStatus
 from tests.unit.recovery_workload import open_store
 

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from core.codec import RecordCheck, check_record, encode_message, prepare_record
-from core.message import Message
+from core.record.codec import RecordCheck, check_record, encode_message, prepare_record
+from core.record.message import Message
 from core.status import GetMessageStatus, PutMessageStatus
 
 

@@ -6,7 +6,7 @@ single bytes is still a body."""
 from array import array
 
 from core import fsck
-from core.message import Message
+from core.record.message import Message
 from core.status import PutMessageStatus
 
 ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.message import Message
+from core.record.message import Message
 from core.store import MessageStore
 
 

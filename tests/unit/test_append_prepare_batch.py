@@ -1,4 +1,4 @@
-"""core.codec.prepare_batch, the appender's fast path for a batch sent without per-message
+"""core.record.codec.prepare_batch, the appender's fast path for a batch sent without per-message
 fields: every record it prepares is the one prepare_record would have prepared, and it refuses
 what prepare_record refuses."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from core.codec import PreparedRecord, prepare_batch, prepare_record
-from core.message import Message, host_to_bytes
+from core.record.codec import PreparedRecord, prepare_batch, prepare_record
+from core.record.message import Message, host_to_bytes
 from core.status import PutMessageStatus
 
 STORE_HOST = host_to_bytes(("127.0.0.1", 10911))[0]

@@ -1,4 +1,4 @@
-"""services.append_request: put and put_batch requests decoded into messages, every wire
+"""services.appender.request: put and put_batch requests decoded into messages, every wire
 error a client can cause named with its code, and put replies whose message ids are spliced in
 already encoded (the same map as plain msgpack)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.key_block import KeyBlock
+from core.record.key_block import KeyBlock
 from core.status import AppendMessageResult, AppendMessageStatus
 from ipc.protocol import ErrorCode, ProtocolError, pack, unpack
-from services.append_request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
+from services.appender.request import (IllegalMessage, MsgIdArray, pack_reply, parse_put, parse_put_batch,
                                      peer_host)
 
 HOST = ("10.0.0.1", 0)

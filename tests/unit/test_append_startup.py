@@ -1,4 +1,4 @@
-"""services.append_startup: a restarting appender positions the segments from WROTE, zeroes
+"""services.appender.startup: a restarting appender positions the segments from WROTE, zeroes
 what lies past it, re-validates [DISPATCHED, WROTE) and finds the consume queues' max offsets
 without writing anything."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from core.commitlog import CommitLog
-from core.consume_queue_store import ConsumeQueueStore
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from services import append_startup as startup
+from core.log.commitlog import CommitLog
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from services.appender import startup
 
 
 def write_log(config, count, topic="T", queues=2):

@@ -1,10 +1,10 @@
-"""services.append_waiters: parked SYNC_FLUSH replies released by the flushed position or
+"""services.appender.waiters: parked SYNC_FLUSH replies released by the flushed position or
 expired at their deadline, in order; put statistics and their latency buckets."""
 from __future__ import annotations
 
 import math
 
-from services.append_waiters import BUCKETS_MS, FlushWaiters, Parked, PutStats
+from services.appender.waiters import BUCKETS_MS, FlushWaiters, Parked, PutStats
 
 
 def parked(end, deadline):

@@ -1,5 +1,5 @@
-"""core.batch_encode: a batch written as columns is byte for byte the batch written record by
-record (core.codec.prepare_batch + write_record), refused with the same status, and lands in
+"""core.record.batch_encode: a batch written as columns is byte for byte the batch written record by
+record (core.record.codec.prepare_batch + write_record), refused with the same status, and lands in
 the CommitLog like any batch (roll to the next segment, the transient pool's buffers)."""
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.batch_encode import PreparedBatch, prepare_batch_records, prepare_columns
-from core.codec import BLANK_SIZE, MAGIC_BLANK, prepare_batch, write_record
-from core.commitlog import CommitLog
-from core.decode import decode_message
-from core.key_block import KeyBlock, block_problem
+from core.record.batch_encode import PreparedBatch, prepare_batch_records, prepare_columns
+from core.record.codec import BLANK_SIZE, MAGIC_BLANK, prepare_batch, write_record
+from core.log.commitlog import CommitLog
+from core.record.decode import decode_message
+from core.record.key_block import KeyBlock, block_problem
 from core.put_refusal import refusal_reason
-from core.fileops import REAL_FILE_OPS
-from core.message import SYSFLAG_TRANSACTION_PREPARED, Message, host_to_bytes
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import SYSFLAG_TRANSACTION_PREPARED, Message, host_to_bytes
 from core.status import AppendMessageStatus, PutMessageStatus
-from core.transient_pool import TransientStorePool
+from core.files.transient_pool import TransientStorePool
 
 STORE_HOST = host_to_bytes(("127.0.0.1", 10911))[0]
 SEG = 4096 * 4

@@ -1,4 +1,4 @@
-"""`core.body_crc`: CRCs of many bodies at once equal `zlib.crc32` of each, for bodies as the
+"""`core.record.body_crc`: CRCs of many bodies at once equal `zlib.crc32` of each, for bodies as the
 rows of a strided view into a larger buffer (how the scan hands them over) and of any length
 the table covers, and through the per-span path."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.body_crc import MAX_ROW, crc32_rows, crc32_spans
+from core.record.body_crc import MAX_ROW, crc32_rows, crc32_spans
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,4 +1,4 @@
-"""`core.cache_window`: page table entries zapped and cached pages dropped below the window,
+"""`core.files.cache_window`: page table entries zapped and cached pages dropped below the window,
 the window itself and the data kept, pages another mapping still holds dropped on a later
 step, and nothing done with the window at 0. Residency is read with mincore(2)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from core.cache_window import STEP, DropBehind, UnmapBehind
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import offset_to_file_name
-from core.mapped_file_queue import MappedFileQueue
+from core.files.cache_window import STEP, DropBehind, UnmapBehind
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import offset_to_file_name
+from core.files.mapped_file_queue import MappedFileQueue
 
 MiB = 1 << 20
 SEGMENT = 16 * MiB

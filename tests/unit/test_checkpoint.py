@@ -6,8 +6,8 @@ import zlib
 
 from hypothesis import given, settings, strategies as st
 
-from core.checkpoint import CHECKPOINT_SIZE, FIELDS, StoreCheckpoint
-from core.fileops import FileOps
+from core.log.checkpoint import CHECKPOINT_SIZE, FIELDS, StoreCheckpoint
+from core.files.fileops import FileOps
 
 INT64 = st.integers(min_value=-2**63, max_value=2**63 - 1)
 NAMES = [name for name, _ in FIELDS]
@@ -154,8 +154,8 @@ def test_flipped_byte_makes_checkpoint_invalid(values, pos, xor):
 
 def test_a_flip_in_any_byte_of_the_checkpoint_makes_it_torn(tmp_path):
     """Bytes 84..4095 hold no field but are checked too (zero): no byte is damaged unseen."""
-    from core.checkpoint import CHECKPOINT_SIZE, checkpoint_valid
-    from core.fileops import REAL_FILE_OPS
+    from core.log.checkpoint import CHECKPOINT_SIZE, checkpoint_valid
+    from core.files.fileops import REAL_FILE_OPS
     path = str(tmp_path / "checkpoint")
     cp = StoreCheckpoint(path, REAL_FILE_OPS)
     cp.flushed_phy_offset, cp.physic_msg_timestamp = 1234, 5678

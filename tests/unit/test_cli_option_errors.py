@@ -3,7 +3,7 @@ values out of range, are usage errors (exit 2, one line), found before the store
 so is a missing store directory for `status` and `stop`, as for `check` and `recover`."""
 import pytest
 
-from core.codec import SCHEDULE_TOPIC
+from core.record.codec import SCHEDULE_TOPIC
 from supervisor.cli import main
 
 

@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from core.codec import encode_message
-from core.message import Message
+from core.record.codec import encode_message
+from core.record.message import Message
 from ipc import Consumer, Producer
 from ipc import client_common
 from ipc.connection import ConnectionClosed

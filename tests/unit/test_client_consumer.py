@@ -1,16 +1,16 @@
 """The consumer's bookkeeping (ipc.consumer.Consumer) against a scripted reader on a real
 ZeroMQ socket: where each queue starts, how every pull status moves the next offset and the
 committed position, the client-side tag re-check, max_records, seeks and commits. Records
-in pull replies are real CommitLog records made with core.codec."""
+in pull replies are real CommitLog records made with core.record.codec."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from core.codec import encode_message
-from core.message import Message
-from core.subscription import subscription_tags as parse_tag_filter
+from core.record.codec import encode_message
+from core.record.message import Message
+from core.read.subscription import subscription_tags as parse_tag_filter
 from ipc.consumer import Consumer
 from tests.unit.scripted_peer import Peer
 

@@ -3,7 +3,7 @@ that answers pulls like the store does (at most `cap` messages from the requeste
 RocketMQ's in-memory count limit): several pulls in flight per queue, replies that come out of
 order taken in offset order, speculative pulls abandoned when a reply ends early, prefetched
 messages dropped by seeks, and no queue starved by another's backlog. Records are real
-CommitLog records (core.codec)."""
+CommitLog records (core.record.codec)."""
 from __future__ import annotations
 
 import gc

@@ -1,18 +1,18 @@
 """Requests the producer builds (ipc.producer.encode_put / encode_batch) and the results it
 reads back (parse_send_reply), checked against docs/PROTOCOL.md and against the appender's
-own request parser (services.append_request), so that client and server agree on the wire."""
+own request parser (services.appender.request), so that client and server agree on the wire."""
 from __future__ import annotations
 
 import pytest
 
-from core.codec import SCHEDULE_TOPIC
-from core.key_block import KeyBlock
-from core.message import Message, create_message_id
+from core.record.codec import SCHEDULE_TOPIC
+from core.record.key_block import KeyBlock
+from core.record.message import Message, create_message_id
 from core.status import PutMessageStatus
 from ipc.producer import UNIQ_KEY, encode_batch, encode_put
 from ipc.send_result import SendResult, parse_send_reply
 from ipc.protocol import ErrorCode, pack, unpack
-from services.append_request import parse_put, parse_put_batch
+from services.appender.request import parse_put, parse_put_batch
 
 HOST = ("10.0.0.1", 0)
 NOW = 1_700_000_000_000

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from core.hashing import java_hash
+from core.record.hashing import java_hash
 from ipc.producer import QueueSelector, shard_queue
 
 

@@ -1,6 +1,6 @@
 """Messages as clients receive them (ipc.received): lazy views over "raw" pull frames must
-decode exactly what core.decode.decode_message decodes, and "fields" replies (built here with
-the reader's own services.read_meta.MetaEncoder) must give the same MessageExt."""
+decode exactly what core.record.decode.decode_message decodes, and "fields" replies (built here with
+the reader's own services.reader.meta.MetaEncoder) must give the same MessageExt."""
 from __future__ import annotations
 
 import struct
@@ -8,11 +8,11 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core.codec import MAGIC_BLANK, MAGIC_V2, encode_message
-from core.decode import decode_message
-from core.message import Message
+from core.record.codec import MAGIC_BLANK, MAGIC_V2, encode_message
+from core.record.decode import decode_message
+from core.record.message import Message
 from ipc.received import ReceivedMessage, messages_from_reply, parse_host, split_records
-from services.read_meta import MetaEncoder
+from services.reader.meta import MetaEncoder
 
 FIELDS = ("topic", "body", "queue_id", "flag", "tags", "keys", "properties", "born_timestamp",
           "born_host", "store_host", "sys_flag", "reconsume_times", "prepared_transaction_offset",

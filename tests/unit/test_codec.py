@@ -10,13 +10,13 @@ import zlib
 
 import pytest
 
-from core.codec import (
+from core.record.codec import (
     MAGIC_BLANK, MAGIC_V1, MAGIC_V2, DispatchRequest, RecordCheck, check_record, encode_message,
     prepare_record, record_size, store_timestamp_position, write_blank,
 )
-from core.decode import decode_message
-from core.hashing import java_hash
-from core.message import (
+from core.record.decode import decode_message
+from core.record.hashing import java_hash
+from core.record.message import (
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, Message, create_message_id, decode_message_id,
     properties_to_string, string_to_properties,
 )

@@ -8,10 +8,10 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.codec import DispatchRequest, check_record, encode_message, record_size
-from core.decode import decode_message
-from core.hashing import java_hash
-from core.message import (
+from core.record.codec import DispatchRequest, check_record, encode_message, record_size
+from core.record.decode import decode_message
+from core.record.hashing import java_hash
+from core.record.message import (
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, Message, decode_message_id, properties_to_string,
 )
 
@@ -108,7 +108,7 @@ def test_fast_property_string_equals_the_general_one(props, tags, keys):
     """`_properties_string` joins the common message in C; for any message it must give what
     `_properties_string_general` gives (TAGS/KEYS over properties, None values, non-str
     values and tags, KEYS to normalize)."""
-    from core.codec import _properties_string, _properties_string_general
+    from core.record.codec import _properties_string, _properties_string_general
 
     def outcome(f):
         try:

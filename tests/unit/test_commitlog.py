@@ -10,16 +10,16 @@ import zlib
 
 import pytest
 
-from core.codec import BLANK_SIZE, MAGIC_BLANK
-from core.decode import decode_message
-from core.commitlog import CommitLog, append_status_to_put
-from core.fileops import REAL_FILE_OPS
-from core.message import (
+from core.record.codec import BLANK_SIZE, MAGIC_BLANK
+from core.record.decode import decode_message
+from core.log.commitlog import CommitLog, append_status_to_put
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, Message,
     decode_message_id,
 )
 from core.status import AppendMessageStatus, PutMessageStatus
-from core.transient_pool import TransientStorePool
+from core.files.transient_pool import TransientStorePool
 
 SEG = 4096 * 4
 
@@ -268,7 +268,7 @@ def test_os_page_cache_busy(make_log):
     assert not log.is_os_page_cache_busy()
     log.begin_time_in_lock = 1                         # a put "began" long ago: over 10^7 ms
     assert not log.is_os_page_cache_busy()
-    from core.commitlog import now_ms
+    from core.log.commitlog import now_ms
     log.begin_time_in_lock = now_ms() - 2000
     assert log.is_os_page_cache_busy()
     log.begin_time_in_lock = now_ms() - 500

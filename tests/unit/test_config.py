@@ -9,8 +9,8 @@ from hypothesis import given, strategies as st
 
 import core.config
 from core.config import FORMAT_KEYS, ConfigError, StoreConfig, StoreFormatError
-from core.store_format import check_store_format
-from core.fileops import FileOps
+from core.log.store_format import check_store_format
+from core.files.fileops import FileOps
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +184,7 @@ def test_segments_smaller_than_the_largest_message_are_warned_about(caplog):
 
 
 def test_replication_roles_start_without_a_warning_and_in_sync_replicas_is_warned(caplog):
-    # Replication exists now (services/ha.py): a role or a master address is no cause for a
+    # Replication exists now (services/ha/service.py): a role or a master address is no cause for a
     # warning; in_sync_replicas above 1 still is (one slave's acknowledgement is waited for).
     for settings in ({"broker_role": "SYNC_MASTER"}, {"ha_master_address": "10.0.0.1:10912"},
                      {"broker_role": "SLAVE"}):
@@ -205,7 +205,7 @@ def test_a_correction_is_warned_once_however_often_the_config_is_rebuilt(caplog)
 
 
 def test_the_smallest_segment_holds_the_smallest_record_and_a_blank():
-    from core.codec import BLANK_SIZE, MIN_RECORD_SIZE
+    from core.record.codec import BLANK_SIZE, MIN_RECORD_SIZE
     from core.config import MIN_SEGMENT_SIZE
     assert MIN_SEGMENT_SIZE == MIN_RECORD_SIZE + BLANK_SIZE
 

@@ -1,6 +1,6 @@
 """The metadata files a master gives its slaves: the `config` push of the replication wire
 (ipc/ha_protocol.py: built by one side, parsed by the other; anything else a ConfigRejected,
-never another exception) and core.config_sync (which files, the master's change detection by
+never another exception) and core.meta.config_sync (which files, the master's change detection by
 content, the slave's checked atomic install through the I/O seam)."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core import config_sync
-from core.consumer_offsets import ConsumerOffsetStore
-from core.fileops import REAL_FILE_OPS
-from core.topics import TopicTable
+from core.meta import config_sync
+from core.meta.consumer_offsets import ConsumerOffsetStore
+from core.files.fileops import REAL_FILE_OPS
+from core.meta.topics import TopicTable
 from ipc import ha_protocol as wire
 from ipc.protocol import ProtocolError
 

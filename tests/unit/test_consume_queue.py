@@ -8,11 +8,11 @@ import struct
 
 import pytest
 
-from core.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE, ConsumeQueue
-from core.consume_queue_store import ConsumeQueueStore
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import offset_to_file_name
-from core.message import Message
+from core.log.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE, ConsumeQueue
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import offset_to_file_name
+from core.record.message import Message
 
 FILE = 20 * 50                                      # 50 entries per file
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.consume_queue import BLANK_SIZE, ENTRY, TAIL_ENTRIES, UNIT_SIZE, ConsumeQueue
-from core.consume_queue_store import SYNCFS_AT, ConsumeQueueStore
-from core.fileops import REAL_FILE_OPS
-from core.mapping_window import MappingWindow
+from core.log.consume_queue import BLANK_SIZE, ENTRY, TAIL_ENTRIES, UNIT_SIZE, ConsumeQueue
+from core.log.consume_queue_store import SYNCFS_AT, ConsumeQueueStore
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapping_window import MappingWindow
 from tests.crash.recording import RecordingFileOps
 from tests.integration.harness import small_tmpfs
 

@@ -1,4 +1,4 @@
-"""Consumer-group membership, allocation and handover (core/consumer_groups.py), driven with
+"""Consumer-group membership, allocation and handover (core/meta/consumer_groups.py), driven with
 no reader and no clock: RocketMQ's average allocation, generations, the rule that a queue
 leaves a live owner only when it lets go (or its session or the handover times out), and the
 refusal of commits from members that do not own the queue."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from core.consumer_groups import ConsumerGroups, UnknownMember, allocate_averagely
+from core.meta.consumer_groups import ConsumerGroups, UnknownMember, allocate_averagely
 
 import pytest
 

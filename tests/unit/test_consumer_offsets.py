@@ -1,11 +1,11 @@
-"""`core.consumer_offsets.ConsumerOffsetStore`: commit, fetch, atomic persistence at most every
+"""`core.meta.consumer_offsets.ConsumerOffsetStore`: commit, fetch, atomic persistence at most every
 `min_interval`, reload, and a damaged file kept aside."""
 from __future__ import annotations
 
 import json
 import os
 
-from core.consumer_offsets import ConsumerOffsetStore
+from core.meta.consumer_offsets import ConsumerOffsetStore
 
 
 def test_commit_fetch_persist_and_reload(tmp_path):

@@ -1,4 +1,4 @@
-"""`core.crc.crc32` is the CRC the store writes as BODYCRC and checks on recovery, so it must
+"""`core.record.crc.crc32` is the CRC the store writes as BODYCRC and checks on recovery, so it must
 equal `java.util.zip.CRC32`, which is zlib's: the check value, any bytes, any buffer the store
 hands it (bytes, a memoryview slice of a mapping, a bytearray), and a running value."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.crc import crc32, crc32_for_size
+from core.record.crc import crc32, crc32_for_size
 
 
 def test_check_value():

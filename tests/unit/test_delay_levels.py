@@ -1,4 +1,4 @@
-"""Delay levels in the embedded store (core.delay_put, core.schedule, core.delay_offsets): a put
+"""Delay levels in the embedded store (core.delay.put, core.delay.schedule, core.delay.offsets): a put
 with DELAY goes to its schedule queue and comes back in its real topic and queue when due, no
 earlier than its delay and within a second after it, in order, with its body, properties and
 UNIQ_KEY; the offsets file is RocketMQ's; a missing or torn one re-delivers, never loses."""
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from core import Message
-from core.codec import SCHEDULE_TOPIC
+from core.record.codec import SCHEDULE_TOPIC
 from core.config import ConfigError, StoreConfig, parse_delay_levels
 from core.status import PutMessageStatus
 
@@ -170,7 +170,7 @@ def test_sync_flush_deliveries_are_flushed_once_per_batch(tiny_config, open_stor
 
 
 def test_rocketmq_fastjson_offsets_file_is_read(tmp_path):
-    from core.delay_offsets import DelayOffsetStore
+    from core.delay.offsets import DelayOffsetStore
     d = tmp_path / "config"
     d.mkdir()
     (d / "delayOffset.json").write_text('{\n\t"offsetTable":{1:3,2:0,18:12}\n}')
@@ -185,7 +185,7 @@ def test_rocketmq_fastjson_offsets_file_is_read(tmp_path):
 
 
 def test_batch_groups_split_where_a_batch_may_not_go():
-    from core.schedule import batch_groups
+    from core.delay.schedule import batch_groups
     m = lambda topic="a", q=0, body=b"x", flag=0, host=("127.0.0.1", 1): Message(  # noqa: E731
         topic, body, q, born_host=host, sys_flag=flag)
     msgs = [m(), m(q=1), m(), m(q=1, flag=0x8), m(q=1), m("b"), m("b", host=("10.0.0.1", 2)),

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.commitlog import CommitLog
-from core.consume_queue import BLANK_SIZE
-from core.consume_queue_store import ConsumeQueueStore
-from core.dispatch import Dispatcher, DispatchStop
-from core.fileops import REAL_FILE_OPS
-from core.index_service import IndexService
-from core.message import (
+from core.log.commitlog import CommitLog
+from core.log.consume_queue import BLANK_SIZE
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.log.dispatch import Dispatcher, DispatchStop
+from core.files.fileops import REAL_FILE_OPS
+from core.log.index_service import IndexService
+from core.record.message import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK, Message,
 )
 
@@ -205,7 +205,7 @@ def test_dispatching_twice_changes_nothing(parts):
 def _damage_queue_offset(parts, phys: int, value: int) -> None:
     """Write `value` over the QUEUEOFFSET of the record at `phys`, in its segment file (the
     mapping is shared, so the log reads it): a damaged header, which the body CRC cannot see."""
-    from core.codec import QUEUE_OFFSET_POS
+    from core.record.codec import QUEUE_OFFSET_POS
     size = parts.cfg.mapped_file_size_commitlog
     path = os.path.join(parts.cfg.commitlog_dir, "%020d" % (phys - phys % size))
     fd = os.open(path, os.O_WRONLY)
@@ -239,9 +239,9 @@ def test_a_damaged_queue_offset_is_not_entered_nor_filled_up_to(rocketmq_parts, 
     past the queue's end. It is not entered, and no filler entries are written up to it (a
     flip in a higher byte asked for 2^28 of them: 5 GB); the queue goes on at the next record,
     with a filler entry where the damaged one stood."""
-    import core.dispatch
+    import core.log.dispatch
     parts = rocketmq_parts
-    monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", batch_records)
+    monkeypatch.setattr(core.log.dispatch, "BATCH_RECORDS", batch_records)
     res = [parts.put(Message("T", b"body %d" % i, queue_id=0)) for i in range(20)]
     _damage_queue_offset(parts, res[19].wrote_offset, 19 + (1 << 12))
     end = parts.log.get_max_offset()
@@ -261,7 +261,7 @@ def test_a_damaged_queue_offset_is_not_entered_nor_filled_up_to(rocketmq_parts, 
 def test_small_batches_give_the_same_queues_and_index(parts, monkeypatch, tiny_config):
     """Dispatch in batches of 3 records (runs of one queue cut at every batch edge) builds
     what one big batch builds."""
-    import core.dispatch
+    import core.log.dispatch
     for i in range(40):
         parts.put(Message("T%d" % (i % 2), b"r%d" % i, queue_id=i % 3, tags="t%d" % (i % 4),
                           keys="a%d b%d" % (i, i)))
@@ -274,7 +274,7 @@ def test_small_batches_give_the_same_queues_and_index(parts, monkeypatch, tiny_c
         for i in range(40):
             other.put(Message("T%d" % (i % 2), b"r%d" % i, queue_id=i % 3, tags="t%d" % (i % 4),
                               keys="a%d b%d" % (i, i)))
-        monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", 3)
+        monkeypatch.setattr(core.log.dispatch, "BATCH_RECORDS", 3)
         assert other.dispatcher.run(0, end) == (end, DispatchStop.DONE)
         assert other.cqs.topic_queue_table() == table
         assert {k: cq.get_entries(0, 100) for k, cq in other.cqs.queues.items()} == entries
@@ -292,10 +292,10 @@ def test_plain_batches_of_one_queue_write_what_record_by_record_dispatch_writes(
     """Batches of plain messages that are one run of one queue (the usual producer batch) take
     the unsorted path and their UNIQ_KEYs are hashed from bytes: the entries, arrivals and
     index hits are those of record-by-record dispatch."""
-    import core.dispatch
-    from core.codec import check_record
-    from core.consume_queue import ENTRY
-    monkeypatch.setattr(core.dispatch, "BATCH_RECORDS", batch_records)
+    import core.log.dispatch
+    from core.record.codec import check_record
+    from core.log.consume_queue import ENTRY
+    monkeypatch.setattr(core.log.dispatch, "BATCH_RECORDS", batch_records)
     res = [parts.put(Message("T", b"body", queue_id=0 if i < 40 else 1, tags="t%d" % (i % 3),
                              properties={"UNIQ_KEY": "%032X" % i})) for i in range(50)]
     end = parts.log.get_max_offset()
@@ -348,8 +348,8 @@ def test_runs_write_what_record_by_record_dispatch_writes(tiny_config, groups, c
     bytes, index entries put together) writes consume-queue and index files byte for byte
     equal to dispatch one record at a time through the per-record parse, and stops where it
     stops when a byte of the log is flipped."""
-    import core.dispatch
-    import core.record_scan
+    import core.log.dispatch
+    import core.record.scan
     seq = 0
     msgs = []
     for g in groups:
@@ -385,8 +385,8 @@ def test_runs_write_what_record_by_record_dispatch_writes(tiny_config, groups, c
             try:
                 with pytest.MonkeyPatch.context() as mp:
                     if one_by_one:
-                        mp.setattr(core.dispatch, "BATCH_RECORDS", 1)
-                        mp.setattr(core.record_scan, "NUMPY_MIN_RECORDS", 1 << 30)
+                        mp.setattr(core.log.dispatch, "BATCH_RECORDS", 1)
+                        mp.setattr(core.record.scan, "NUMPY_MIN_RECORDS", 1 << 30)
                     reached = p.dispatcher.run(0, end, check_crc=check_crc)
                 p.cqs.flush()
                 p.index.flush()

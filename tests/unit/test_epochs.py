@@ -1,4 +1,4 @@
-"""core.epochs: the epoch file (atomic, checked), and the divergence rule held against a model
+"""core.log.epochs: the epoch file (atomic, checked), and the divergence rule held against a model
 of stores that write, replicate, fail over and rejoin (Hypothesis): wherever a master tells a
 slave to start or to truncate, the slave's log up to there is the master's, byte for byte, and
 no byte both logs share is truncated away."""
@@ -9,10 +9,10 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core.epochs import (
+from core.log.epochs import (
     EpochFile, EpochFileError, as_master, check_entries, clip, common_offset, follow_point,
 )
-from core.fileops import REAL_FILE_OPS
+from core.files.fileops import REAL_FILE_OPS
 
 
 def test_the_file_gets_an_id_keeps_entries_and_refuses_bad_histories(tmp_path):

@@ -9,14 +9,14 @@ import struct
 import pytest
 
 from core import Message, MessageStore, StoreConfig, StoreFormatError, fsck
-from core.checkpoint import StoreCheckpoint
-from core.codec import DispatchRequest, check_record
-from core.consume_queue import ENTRY, UNIT_SIZE
-from core.fileops import REAL_FILE_OPS
-from core.hashing import index_key_hash
-from core.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
-from core.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED
-from core.store_files import AbortFile, StoreLock, StoreLockedError
+from core.log.checkpoint import StoreCheckpoint
+from core.record.codec import DispatchRequest, check_record
+from core.log.consume_queue import ENTRY, UNIT_SIZE
+from core.files.fileops import REAL_FILE_OPS
+from core.record.hashing import index_key_hash
+from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from core.record.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED
+from core.files.store_files import AbortFile, StoreLock, StoreLockedError
 
 SEGMENT = 4096 * 4
 TOPICS = ("T0", "T1", "T2")

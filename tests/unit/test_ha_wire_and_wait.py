@@ -1,6 +1,6 @@
 """The replication wire (ipc/ha_protocol.py: what a side builds, the other parses; anything
 else is a ProtocolError, never another exception) and the SYNC_MASTER wait
-(services/append_replica.py: SLAVE_NOT_AVAILABLE at once, group commit on acknowledgements,
+(services/appender/replica.py: SLAVE_NOT_AVAILABLE at once, group commit on acknowledgements,
 FLUSH_SLAVE_TIMEOUT at the deadline) over a real control block."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from core.config import StoreConfig
 from ipc import ha_protocol as wire
 from ipc.control_block import ControlBlock, Word
 from ipc.protocol import Handlers, ProtocolError, decode_frame0
-from services.append_replica import ReplicaWait
-from services.append_waiters import Parked
+from services.appender.replica import ReplicaWait
+from services.appender.waiters import Parked
 
 offsets = st.integers(0, 2**62)
 

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.hashing import index_key_hash, index_key_hashes, java_hash, tags_code
-from core.subscription import subscription_codes, tags_match
+from core.record.hashing import index_key_hash, index_key_hashes, java_hash, tags_code
+from core.read.subscription import subscription_codes, tags_match
 
 INT_MIN = -(1 << 31)
 INT_MAX = (1 << 31) - 1

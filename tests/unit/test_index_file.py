@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.fileops import REAL_FILE_OPS, FileOps
-from core.hashing import index_key_hash, java_hash
-from core.index_file import IndexFile, index_file_size
+from core.files.fileops import REAL_FILE_OPS, FileOps
+from core.record.hashing import index_key_hash, java_hash
+from core.log.index_file import IndexFile, index_file_size
 
 LONG_MAX = 2**63 - 1
 INT32_MAX_ = (1 << 31) - 1
@@ -345,7 +345,7 @@ def test_put_hashed_numpy_and_one_at_a_time_write_the_same_bytes(
     """`put_hashed` puts many keys with numpy and few one at a time: from the same state
     (fresh, seeded or not, partly filled, or after a put killed before its header, so that
     slots point past the count) both write byte-identical files and stop at the same key."""
-    import core.index_file as index_file
+    import core.log.index_file as index_file
     images = []
     for numpy_min in (1, 1 << 20):
         saved, index_file.NUMPY_MIN_KEYS = index_file.NUMPY_MIN_KEYS, numpy_min
@@ -375,8 +375,8 @@ def test_destroy_frees_the_blocks_in_the_background_and_a_leftover_is_cleaned(tm
     background unlink; a *.deleted.tmp left by a crash is removed by the next load."""
     import time
 
-    from core.fileops import DELETED_SUFFIX
-    from core.index_service import IndexService
+    from core.files.fileops import DELETED_SUFFIX
+    from core.log.index_service import IndexService
     f = IndexFile(str(tmp_path / "20260101000000000"), 2, 3, REAL_FILE_OPS, create=True)
     f.destroy()
     assert not (tmp_path / "20260101000000000").exists()

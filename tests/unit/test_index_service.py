@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.codec import DispatchRequest
-from core.fileops import REAL_FILE_OPS
-from core.index_file import IndexFile, index_file_size
-from core.index_service import IndexService, index_keys, next_file_name, time_file_name
-from core.message import (
+from core.record.codec import DispatchRequest
+from core.files.fileops import REAL_FILE_OPS
+from core.log.index_file import IndexFile, index_file_size
+from core.log.index_service import IndexService, index_keys, next_file_name, time_file_name
+from core.record.message import (
     SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK,
 )
 

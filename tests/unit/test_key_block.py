@@ -1,11 +1,11 @@
-"""core.key_block: a batch's UNIQ_KEYs as one block split back into the keys it was made of,
+"""core.record.key_block: a batch's UNIQ_KEYs as one block split back into the keys it was made of,
 and the wire check that refuses a block that is not one."""
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.key_block import KeyBlock, block_problem
+from core.record.key_block import KeyBlock, block_problem
 from ipc.producer import UniqKeyGenerator
 
 ascii_keys = st.integers(1, 40).flatmap(

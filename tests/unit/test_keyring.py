@@ -117,8 +117,8 @@ def test_the_guard_by_role(tmp_path):
 
 
 def test_every_op_a_service_registers_has_a_rule():
-    from services.read_groups import GroupOps
-    from services.read_ops import ReadOps
+    from services.reader.groups import GroupOps
+    from services.reader.ops import ReadOps
     from ipc.protocol import Handlers
     h = Handlers()
     ReadOps.register(type("R", (), {**{n: None for n in dir(ReadOps) if n.startswith("op_")}})(), h)

@@ -1,4 +1,4 @@
-"""`core.decode.decode_message` returns a `LazyMessageExt`: field by field the same MessageExt
+"""`core.record.decode.decode_message` returns a `LazyMessageExt`: field by field the same MessageExt
 that a full, eager decode gives (checked here against the eager decoder the store used before,
 kept below as the reference, and against the client's `ipc.received` views), in any order of
 reads and writes, for IPv4/IPv6 hosts, empty and absent properties, KEYS/TAGS, non-ASCII text
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, encode_message
-from core.decode import LazyMessageExt, decode_message, pulled_messages
-from core.message import Message, MessageExt, bytes_to_host, string_to_properties
+from core.record.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, encode_message
+from core.record.decode import LazyMessageExt, decode_message, pulled_messages
+from core.record.message import Message, MessageExt, bytes_to_host, string_to_properties
 from ipc.received import split_records
 
 FIELDS = tuple(f.name for f in dataclasses.fields(MessageExt))

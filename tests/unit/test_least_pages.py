@@ -1,6 +1,6 @@
 """LeastPages: the least-pages rule, and 0 once per thorough interval (RocketMQ's flush and
 commit services)."""
-from core.least_pages import LeastPages
+from core.files.least_pages import LeastPages
 
 
 def test_least_pages_until_the_thorough_interval_passes():

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from core.fileops import PAGE_SIZE, REAL_FILE_OPS
-from core.mapped_file import MappedFile, offset_to_file_name
+from core.files.fileops import PAGE_SIZE, REAL_FILE_OPS
+from core.files.mapped_file import MappedFile, offset_to_file_name
 
 SIZE = 64 * 1024
 TEXT = b"RocketMQ-store-mapped-file-32-by"        # 32 bytes

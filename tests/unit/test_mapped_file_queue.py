@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import offset_to_file_name
-from core.mapped_file_queue import MappedFileQueue, StoreLoadError
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import offset_to_file_name
+from core.files.mapped_file_queue import MappedFileQueue, StoreLoadError
 
 FIXED = b"0123456789abcdef"                       # 16 bytes, RocketMQ's "fixedMsg"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
 
 
 def _segments(cfg) -> list[str]:

@@ -1,4 +1,4 @@
-"""`core.prefault.PrefaultAhead`: keeps the segment being written prefaulted ahead of the
+"""`core.files.prefault.PrefaultAhead`: keeps the segment being written prefaulted ahead of the
 write position, from its own thread, without changing a byte; and the CommitLog starts it for
 real mappings only."""
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import time
 
-from core.commitlog import CommitLog
-from core.decode import decode_message
-from core.fileops import MADV_POPULATE_READ, MADV_POPULATE_WRITE, PAGE_SIZE, REAL_FILE_OPS
-from core.mapped_file_queue import MappedFileQueue
-from core.message import Message
-from core.prefault import PrefaultAhead
+from core.log.commitlog import CommitLog
+from core.record.decode import decode_message
+from core.files.fileops import MADV_POPULATE_READ, MADV_POPULATE_WRITE, PAGE_SIZE, REAL_FILE_OPS
+from core.files.mapped_file_queue import MappedFileQueue
+from core.record.message import Message
+from core.files.prefault import PrefaultAhead
 
 SEGMENT = 4 << 20
 

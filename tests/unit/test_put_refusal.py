@@ -1,9 +1,9 @@
 """The reason beside a refused put names the rule the message breaks (core.put_refusal)."""
 from hypothesis import given, strategies as st
 
-from core.batch_encode import prepare_batch_records
-from core.codec import prepare_record
-from core.message import Message
+from core.record.batch_encode import prepare_batch_records
+from core.record.codec import prepare_record
+from core.record.message import Message
 from core.put_refusal import FALLBACK, refusal_reason
 from core.status import PutMessageStatus
 

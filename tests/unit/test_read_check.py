@@ -1,4 +1,4 @@
-"""core.read_check: a run's check (numpy for records of one size) finds the first damaged
+"""core.read.check: a run's check (numpy for records of one size) finds the first damaged
 record exactly as the record-by-record check does, for every single-bit flip; records that are
 not the ones their entries name (offset, queue, topic) are refused with a reason."""
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.codec import encode_message
-from core.message import Message
-from core.read_check import check_run, record_problem
-from core.record_crc import FORCED
+from core.record.codec import encode_message
+from core.record.message import Message
+from core.read.check import check_run, record_problem
+from core.record.crc_property import FORCED
 
 
 def run(n: int, sealed: bool, same: bool, start: int = 4096, qoff: int = 7):

@@ -1,7 +1,7 @@
-"""`services.read_longpoll.PullHoldTable`: held pulls by queue and by deadline."""
+"""`services.reader.longpoll.PullHoldTable`: held pulls by queue and by deadline."""
 from __future__ import annotations
 
-from services.read_longpoll import HeldPull, PullHoldTable, PullRequest
+from services.reader.longpoll import HeldPull, PullHoldTable, PullRequest
 
 
 def pull(topic="T", queue_id=0, cursor=5, deadline=10.0, rid=1):

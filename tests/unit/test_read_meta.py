@@ -1,15 +1,15 @@
-"""`services.read_meta.MetaEncoder` gives docs/PROTOCOL.md's metadata for stored records, the
-same values core.decode.decode_message reads, for IPv4 and IPv6 hosts and both magic codes."""
+"""`services.reader.meta.MetaEncoder` gives docs/PROTOCOL.md's metadata for stored records, the
+same values core.record.decode.decode_message reads, for IPv4 and IPv6 hosts and both magic codes."""
 from __future__ import annotations
 
 import struct
 
 import pytest
 
-from core.codec import MAGIC_V2, encode_message
-from core.decode import decode_message
-from core.message import Message
-from services.read_meta import MetaEncoder
+from core.record.codec import MAGIC_V2, encode_message
+from core.record.decode import decode_message
+from core.record.message import Message
+from services.reader.meta import MetaEncoder
 
 
 def record(i, **kw):

@@ -1,4 +1,4 @@
-"""services.read_ops.parse_pull: the inline check of a common pull gives exactly the request
+"""services.reader.ops.parse_pull: the inline check of a common pull gives exactly the request
 the field-by-field check gives, and anything unusual still gets the error reply that names the
 field (a cached name never lets a bad value through)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ipc.protocol import ErrorCode, ProtocolError
-from services import read_ops
-from services.read_ops import _parse_pull_fields, parse_pull
+from services.reader import ops as read_ops
+from services.reader.ops import _parse_pull_fields, parse_pull
 
 BASE = {"op": "pull", "rid": 1, "group": "g1", "topic": "orders", "queue_id": 3, "offset": 40,
         "max_msgs": 1024, "poll_ms": 2000, "format": "raw"}

@@ -1,4 +1,4 @@
-"""`core.read_path`: pulls copy records out of the CommitLog segment by segment (across segment
+"""`core.read.store_reader`: pulls copy records out of the CommitLog segment by segment (across segment
 ends, looking again at a segment's read position when a record lies past it), `.messages`
 are lazily decoded MessageExt equal to a full decode of `.buffers`, and a lookup by offset
 never returns a record whose topic is not UTF-8."""
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 
-from core.codec import encode_message
-from core.decode import LazyMessageExt
-from core.commitlog import CommitLog
+from core.record.codec import encode_message
+from core.record.decode import LazyMessageExt
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.read_path import _SegmentReader
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.read.store_reader import _SegmentReader
 from core.status import GetMessageStatus
 from ipc.received import split_records
 

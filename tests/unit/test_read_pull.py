@@ -1,4 +1,4 @@
-"""`services.read_pull.BatchStoreReader` answers every pull exactly as core.read_path's
+"""`services.reader.pull.BatchStoreReader` answers every pull exactly as core.read.store_reader's
 StoreReader does (statuses, next offsets, tag filter, RocketMQ's batch limits in memory and
 on disk) while copying runs of adjacent records at once."""
 from __future__ import annotations
@@ -7,16 +7,16 @@ import os
 
 import pytest
 
-from core.commitlog import CommitLog
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.consume_queue_store import ConsumeQueueStore
-from core.dispatch import Dispatcher
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.read_path import StoreReader
-from core.readonly_views import CommitLogView, ConsumeQueueStoreView
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.log.dispatch import Dispatcher
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.read.store_reader import StoreReader
+from core.read.views import CommitLogView, ConsumeQueueStoreView
 from core.status import GetMessageStatus
-from services.read_pull import BatchStoreReader, PullBatch, iter_records
+from services.reader.pull import BatchStoreReader, PullBatch, iter_records
 
 SEG = 16 * 1024
 S = GetMessageStatus

@@ -1,6 +1,6 @@
-"""The fast path of services.read_pull.BatchStoreReader (a pull with no tag filter whose next
+"""The fast path of services.reader.pull.BatchStoreReader (a pull with no tag filter whose next
 records are whole, readable, in memory and within the byte limit: no loop over messages in
-Python) answers exactly as core.read_path.StoreReader does, takes over the common case, and
+Python) answers exactly as core.read.store_reader.StoreReader does, takes over the common case, and
 falls back to the general walk everywhere else: segment ends, blanks, the on-disk limits, the
 byte limit, records not readable yet or gone."""
 from __future__ import annotations
@@ -9,16 +9,16 @@ import os
 
 import pytest
 
-from core.commitlog import CommitLog
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.consume_queue_store import ConsumeQueueStore
-from core.dispatch import Dispatcher
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.read_path import StoreReader
-from core.readonly_views import CommitLogView, ConsumeQueueStoreView
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.log.dispatch import Dispatcher
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.read.store_reader import StoreReader
+from core.read.views import CommitLogView, ConsumeQueueStoreView
 from core.status import GetMessageStatus
-from services.read_pull import BatchStoreReader, iter_records
+from services.reader.pull import BatchStoreReader, iter_records
 
 SEG = 16 * 1024
 CQ_SEG = 20 * 64

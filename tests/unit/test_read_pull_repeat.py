@@ -1,6 +1,6 @@
-"""A repeated pull (`repeat`, docs/PROTOCOL.md) of services.read_pull.BatchStoreReader answers
+"""A repeated pull (`repeat`, docs/PROTOCOL.md) of services.reader.pull.BatchStoreReader answers
 exactly what a client gets by pulling again at each next_begin_offset with single pulls of
-core.read_path.StoreReader, within `max_msgs` in all and the MAX_REPEAT_BYTES cap, whether the
+core.read.store_reader.StoreReader, within `max_msgs` in all and the MAX_REPEAT_BYTES cap, whether the
 pulls go one by one or several at once on the fast path, with views or copies, with or
 without a tag filter."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core.consume_queue import BLANK_SIZE
-from services import read_pull
+from core.log.consume_queue import BLANK_SIZE
+from services.reader import pull as read_pull
 from tests.unit.test_read_pull_fast import S, answer, build
 
 

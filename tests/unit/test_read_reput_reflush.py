@@ -3,8 +3,8 @@ have left only in the page cache (consume-queue entries of records past DISPATCH
 which `ConsumeQueue.recover` counts as flushed)."""
 from __future__ import annotations
 
-from core.consume_queue_store import ConsumeQueueStore
-from core.fileops import REAL_FILE_OPS
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.files.fileops import REAL_FILE_OPS
 from services.reput import reflush_from
 
 FILE = 20 * 10

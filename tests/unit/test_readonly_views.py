@@ -1,4 +1,4 @@
-"""Read-only views (core.readonly_views) over files written by separate writer objects on
+"""Read-only views (core.read.views) over files written by separate writer objects on
 the same directories, as the reader and reput processes see the appender's and reput's
 files: bounded reads, segments picked up as they appear, a consume queue's max offset found
 by scanning and bounded by the dispatched offset, index files re-listed, nothing ever
@@ -9,15 +9,15 @@ import os
 
 import pytest
 
-from core.commitlog import CommitLog
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.consume_queue_store import ConsumeQueueStore
-from core.dispatch import Dispatcher
-from core.fileops import REAL_FILE_OPS
-from core.index_service import IndexService
-from core.message import Message
-from core.read_path import StoreReader
-from core.readonly_views import (
+from core.log.consume_queue_store import ConsumeQueueStore
+from core.log.dispatch import Dispatcher
+from core.files.fileops import REAL_FILE_OPS
+from core.log.index_service import IndexService
+from core.record.message import Message
+from core.read.store_reader import StoreReader
+from core.read.views import (
     READ_ONLY_FILE_OPS, CommitLogView, ConsumeQueueStoreView, ConsumeQueueView, IndexView,
     ReadOnlyMappedFileQueue,
 )

@@ -1,4 +1,4 @@
-"""The whole-record CRC property (core.record_crc, reference 2.12 and 13.11 AppendPropCRCTest):
+"""The whole-record CRC property (core.record.crc_property, reference 2.12 and 13.11 AppendPropCRCTest):
 its exact bytes, every encoder path writing it, the parser refusing any damaged byte, and a
 damaged property never read as a record without one."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
-from core.codec import DispatchRequest, RecordCheck, check_record, encode_message
-from core.commitlog import CommitLog
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.record_crc import DAMAGED, FORCED, claim, digits
+from core.record.codec import DispatchRequest, RecordCheck, check_record, encode_message
+from core.log.commitlog import CommitLog
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.record.crc_property import DAMAGED, FORCED, claim, digits
 from core.status import PutMessageStatus
 
 PROPS = {f"k{i}": f"value{i}" for i in range(6)}      # AppendPropCRCTest: 6 user properties
@@ -87,7 +87,7 @@ def test_append_prop_crc(tiny_config, batch):
 
 
 def test_properties_limit_counts_the_reserve():
-    from core.codec import prepare_record
+    from core.record.codec import prepare_record
     fits = Message("T", b"b", properties={"p": "v" * (32764 - 20)})
     over = Message("T", b"b", properties={"p": "v" * (32765 - 20)})
     assert prepare_record(fits, 1 << 20, prop_crc=True).__class__ is not PutMessageStatus

@@ -1,4 +1,4 @@
-"""core.record_encode, the single put's encoder: for any message, `encode_record` gives the bytes
+"""core.record.encode, the single put's encoder: for any message, `encode_record` gives the bytes
 `prepare_record` + `write_record` give (or the same refusing status), and a CommitLog fed by
 `append_encoded` holds the same bytes and answers the same results as one fed by `append`."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import record_encode
-from core.codec import prepare_record
-from core.commitlog import CommitLog
+from core.record import encode as record_encode
+from core.record.codec import prepare_record
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.fileops import REAL_FILE_OPS
-from core.message import Message, host_to_bytes
-from core.record_encode import encode_prepared, encode_record
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message, host_to_bytes
+from core.record.encode import encode_prepared, encode_record
 from core.status import PutMessageStatus
 
 STORE_V4 = host_to_bytes(("10.0.0.1", 10911))[0]
@@ -127,7 +127,7 @@ def test_append_encoded_writes_what_append_writes(tmp_path, sys_flag):
     offset (prepared and rollback transactions take none): same bytes, same results."""
     a, b = open_log(tmp_path / "a"), open_log(tmp_path / "b")
     clock = iter(range(10**6))
-    import core.commitlog as commitlog_module
+    import core.log.commitlog as commitlog_module
     real = commitlog_module.time
     try:
         for i in range(60):
@@ -168,7 +168,7 @@ def test_append_message_writes_what_append_writes_or_refuses_alike(tmp_path_fact
     """`CommitLog.append_message` (the single put: the common message packed in place) against
     `prepare_record` + `append`: same statuses, same bytes, same results. Each message goes in
     twice, so that the second finds the topic, host and TAGS/KEYS caches filled."""
-    import core.commitlog as commitlog_module
+    import core.log.commitlog as commitlog_module
     root = tmp_path_factory.mktemp("log")
     a, b = open_log(root / "a", 1 << 16), open_log(root / "b", 1 << 16)
     a.max_message_size = b.max_message_size = max_size
@@ -199,7 +199,7 @@ def test_append_message_packs_the_common_message_in_place(tmp_path, monkeypatch)
     msg = Message("BenchTopic", b"b" * 1024, queue_id=3, tags="TagA",
                   properties={"UNIQ_KEY": "7F0000011A2B1B2C3D4E12340000ABCD"}, born_timestamp=17)
     first = log.append_message(copy.copy(msg))                  # fills the caches
-    monkeypatch.setattr("core.commitlog.encode_record", lambda *a: pytest.fail("took encode_record"))
+    monkeypatch.setattr("core.log.commitlog.encode_record", lambda *a: pytest.fail("took encode_record"))
     second = log.append_message(msg)
     assert (second.wrote_offset, second.logics_offset) == (first.wrote_bytes, 1)
     assert log.read(second.wrote_offset, second.wrote_bytes)[84:-11] == \

@@ -1,4 +1,4 @@
-"""`core.record_scan.scan_segment`, the dispatcher's fast parse, against `check_record`, the
+"""`core.record.scan.scan_segment`, the dispatcher's fast parse, against `check_record`, the
 reference parse: for random messages (IPv4 and IPv6 hosts, any properties, tags and keys),
 and for the same records torn, bit-flipped or misplaced (PHYSOFFSET not where they lie), both
 accept and refuse the same records and read the same fields, with the headers checked by
@@ -10,14 +10,14 @@ import contextlib
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import core.record_props as record_props
-import core.record_scan as record_scan
-from core.codec import (
+import core.record.props as record_props
+import core.record.scan as record_scan
+from core.record.codec import (
     DispatchRequest, RecordCheck, check_record, encode_message, with_reserve, write_blank,
 )
-from core.message import Message
-from core.record_crc import FORCED, seal
-from core.record_scan import ScanBatch, ScanEnd, scan_segment
+from core.record.message import Message
+from core.record.crc_property import FORCED, seal
+from core.record.scan import ScanBatch, ScanEnd, scan_segment
 
 from tests.unit.test_codec_roundtrip import messages
 

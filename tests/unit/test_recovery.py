@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from core import fsck
-from core.codec import BLANK_SIZE
-from core.commitlog import now_ms
+from core.record.codec import BLANK_SIZE
+from core.log.commitlog import now_ms
 from core.config import StoreConfig
-from core.mapped_file import offset_to_file_name
-from core.message import Message
+from core.files.mapped_file import offset_to_file_name
+from core.record.message import Message
 from core.status import GetMessageStatus
 from core.store import MessageStore
 from tests.unit.recovery_workload import Record, open_store, put_workload

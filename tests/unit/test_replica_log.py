@@ -1,4 +1,4 @@
-"""core.replica_log.ReplicaLog and CommitLog.append_replicated: a master's CommitLog bytes,
+"""core.log.replica_log.ReplicaLog and CommitLog.append_replicated: a master's CommitLog bytes,
 applied to an empty slave log in chunks cut anywhere (never across a segment), give the same
 bytes, a record boundary at the end of every whole record, the last record's store timestamp,
 and a store that recovers and serves every message; chunks that do not continue the log, that
@@ -11,11 +11,11 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from core.commitlog import CommitLog
+from core.log.commitlog import CommitLog
 from core.config import StoreConfig
-from core.fileops import REAL_FILE_OPS
-from core.message import Message
-from core.replica_log import ReplicaDamaged, ReplicaLog
+from core.files.fileops import REAL_FILE_OPS
+from core.record.message import Message
+from core.log.replica_log import ReplicaDamaged, ReplicaLog
 from core.store import MessageStore
 from tests.conftest import TINY
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from core.config import StoreConfig
-from core.mapped_file import offset_to_file_name
+from core.files.mapped_file import offset_to_file_name
 from ipc.control_block import ControlBlock, Word
 from supervisor.retention import Retention, disk_used_ratio
 

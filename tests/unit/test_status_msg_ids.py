@@ -1,11 +1,11 @@
 """core.status.AppendMessageResult's message ids (and offsets in hex): one per record, the same as
-core.message.create_message_id of each record's offset, for IPv4 and IPv6 store hosts."""
+core.record.message.create_message_id of each record's offset, for IPv4 and IPv6 store hosts."""
 from __future__ import annotations
 
 import socket
 import struct
 
-from core.message import create_message_id
+from core.record.message import create_message_id
 from core.status import AppendMessageResult, AppendMessageStatus
 
 V4 = socket.inet_aton("192.168.0.1") + struct.pack(">i", 10911)

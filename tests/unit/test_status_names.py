@@ -18,7 +18,7 @@ def test_every_status_is_its_name(enum):
 
 
 def test_a_put_result_reads_as_rocketmq_prints_it(store):
-    from core.message import Message
+    from core.record.message import Message
     r = store.put_message(Message("T", b"x"))
     assert r.status == "PUT_OK" and r.status is PutMessageStatus.PUT_OK
     assert store.wait_for_dispatch()

@@ -9,10 +9,10 @@ import os
 import pytest
 
 from core.config import StoreFormatError
-from core.message import Message
+from core.record.message import Message
 from core.running_flags import NOT_WRITEABLE
 from core.store import MessageStore
-from core.store_files import StoreLockedError
+from core.files.store_files import StoreLockedError
 
 
 def test_store_paths_exist(store):

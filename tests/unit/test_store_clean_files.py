@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from core.message import Message
+from core.record.message import Message
 
 
 def test_one_message_a_file_then_expired_files_go_ten_a_run(tiny_config, open_store):

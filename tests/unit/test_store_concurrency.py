@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 from core.status import GetMessageStatus
 
 G = GetMessageStatus

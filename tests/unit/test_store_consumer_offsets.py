@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from core.message import Message
+from core.record.message import Message
 
 
 def test_commit_then_fetch_and_the_file_after_a_restart(tiny_config, open_store):

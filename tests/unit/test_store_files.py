@@ -6,14 +6,14 @@ import textwrap
 
 import pytest
 
-from core.fileops import FileOps
-from core.store_files import AbortFile, StoreLock, StoreLockedError
+from core.files.fileops import FileOps
+from core.files.store_files import AbortFile, StoreLock, StoreLockedError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = textwrap.dedent("""
     import sys
-    from core.store_files import StoreLock, StoreLockedError
+    from core.files.store_files import StoreLock, StoreLockedError
     lock = StoreLock(sys.argv[1])
     try:
         lock.acquire()
@@ -51,7 +51,7 @@ def test_lock_freed_when_holder_dies(tmp_path):
     lock_path = tmp_path / "lock"
     env = dict(os.environ, PYTHONPATH=REPO)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from core.store_files import StoreLock; "
+        [sys.executable, "-c", "import sys; from core.files.store_files import StoreLock; "
          "l = StoreLock(sys.argv[1]); l.acquire(); print('held', flush=True); sys.stdin.read()",
          str(lock_path)], env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True)

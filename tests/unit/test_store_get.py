@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from core.record_crc import CRC32_RESERVED_LEN
-from core.commitlog import now_ms
-from core.message import Message
+from core.record.crc_property import CRC32_RESERVED_LEN
+from core.log.commitlog import now_ms
+from core.record.message import Message
 from core.status import GetMessageStatus
 
 G = GetMessageStatus

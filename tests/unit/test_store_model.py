@@ -16,7 +16,7 @@ from hypothesis.stateful import (
 )
 
 from core.config import StoreConfig
-from core.message import Message
+from core.record.message import Message
 from core.status import GetMessageStatus
 from core.store import MessageStore
 

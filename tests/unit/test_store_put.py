@@ -10,11 +10,11 @@ import threading
 import pytest
 
 from core import embedded_services
-from core.record_crc import CRC32_RESERVED_LEN
-from core.codec import MAGIC_BLANK
+from core.record.crc_property import CRC32_RESERVED_LEN
+from core.record.codec import MAGIC_BLANK
 from core.config import ConfigError
-from core.decode import decode_message
-from core.message import Message
+from core.record.decode import decode_message
+from core.record.message import Message
 from core.status import GetMessageStatus, PutMessageStatus
 
 S = PutMessageStatus

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from core.checkpoint import StoreCheckpoint
-from core.commitlog import now_ms
-from core.fileops import REAL_FILE_OPS
-from core.mapped_file import offset_to_file_name
-from core.message import Message
+from core.log.checkpoint import StoreCheckpoint
+from core.log.commitlog import now_ms
+from core.files.fileops import REAL_FILE_OPS
+from core.files.mapped_file import offset_to_file_name
+from core.record.message import Message
 from core.status import GetMessageStatus
 
 SEG = 4096 * 4

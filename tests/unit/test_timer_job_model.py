@@ -11,9 +11,9 @@ import time
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from core import Message, MessageStore, StoreConfig
-from core.delay_put import TIMER_TOPIC
-from core.timer_job import TimerScheduler
-from core.timer_wheel import WINDOW_MS
+from core.delay.put import TIMER_TOPIC
+from core.delay.timer_job import TimerScheduler
+from core.delay.timer_wheel import WINDOW_MS
 
 STEP = st.one_of(st.tuples(st.just("run"), st.integers(0, 50) | st.integers(0, 3 * WINDOW_MS)),
                  st.tuples(st.just("put"), st.integers(0, 4 * WINDOW_MS)),

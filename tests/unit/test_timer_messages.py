@@ -1,4 +1,4 @@
-"""Timer messages in the embedded store (core.delay_put, core.timer_wheel, core.timer_job):
+"""Timer messages in the embedded store (core.delay.put, core.delay.timer_wheel, core.delay.timer_job):
 TIMER_DELIVER_MS, TIMER_DELAY_SEC and TIMER_DELAY_MS delivered no earlier than asked and
 within a precision step after, across a restart, with a lost checkpoint (again, none lost),
 and many pending with bounded memory."""
@@ -10,9 +10,9 @@ import psutil
 import pytest
 
 from core import Message
-from core.delay_put import TIMER_TOPIC
+from core.delay.put import TIMER_TOPIC
 from core.status import PutMessageStatus
-from core.timer_wheel import DIR_NAME
+from core.delay.timer_wheel import DIR_NAME
 
 
 def now_ms() -> int:

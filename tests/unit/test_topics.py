@@ -1,4 +1,4 @@
-"""core.topics: topic names, queue counts, topics.json written atomically in RocketMQ's shape,
+"""core.meta.topics: topic names, queue counts, topics.json written atomically in RocketMQ's shape,
 auto-creation, and readers picking up the writer's changes."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from core.topics import (
+from core.meta.topics import (
     FILE_NAME, TopicTable, TopicTableError, queue_count_problem, topic_name_problem,
 )
 

@@ -4,7 +4,7 @@ segments created and warmed by its allocator thread."""
 import os
 
 from core import Message
-from core.fileops import FileOps
+from core.files.fileops import FileOps
 
 
 def test_warm_file_keeps_the_zeros_and_reports_mlock(tmp_path):

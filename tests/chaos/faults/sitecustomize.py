@@ -43,7 +43,7 @@ def _hold_recovery(trigger: str) -> None:
 
 
 def _no_space(trigger: str) -> None:
-    from core.fileops import FileOps, Mapping
+    from core.files.fileops import FileOps, Mapping
     real = FileOps.create_file
 
     def create_file(self, path, size):

@@ -1,0 +1,434 @@
+"""`CommitLog`: every topic's records appended to one sequence of segments.
+
+Owns the append path (encode straight into the mapped segment or the transient buffer, queue
+offsets from the topic-queue table, blank record and roll at a segment's end, a batch as one
+unit), reads by physical offset, and the written/committed/flushed/confirm positions.
+With `enabled_append_prop_crc` every record it appends carries the whole-record CRC property,
+sealed under the append lock once the position fields are set (`core.record.crc_property`).
+"""
+from __future__ import annotations
+
+import mmap
+import struct
+import threading
+import time
+
+from core.record.batch_encode import PreparedBatch
+from core.record.codec import (
+    _HEADERS, _HOSTS, _I16, _TOPICS, BLANK_SIZE, MAGIC_V1, MAX_PROPERTIES_BYTES, PHYS_OFFSET_POS,
+    QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
+    store_timestamp_position, write_blank, write_record,
+)
+from core.files.cache_window import UnmapBehind
+from core.record.crc import crc32
+from core.record.crc_property import RESERVE, seal
+from core.record.encode import (
+    _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
+)
+from core.files.fileops import FileOps
+from core.files.mapped_file_queue import MappedFileQueue
+from core.record.message import (
+    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET, host_to_bytes,
+)
+from core.files.prefault import NEVER, PrefaultAhead
+from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result
+from core.files.transient_pool import TransientStorePool
+
+_HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
+_APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, config, fileops: FileOps, allocator=None, pool: TransientStorePool | None = None):
+        self.config = config
+        self.file_size = config.mapped_file_size_commitlog
+        self.queue = MappedFileQueue(config.commitlog_dir, self.file_size, fileops, allocator,
+                                     config.max_mapped_files)
+        self.pool = pool
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.put_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self.begin_time_in_lock = 0
+        self.store_host_bytes, self._store_v6 = host_to_bytes(config.store_host_tuple)
+        self.max_message_size = config.max_message_size
+        self.prop_crc = config.enabled_append_prop_crc
+        self._writing = None              # the segment being appended to, held mapped
+        self._target = None               # where its bytes go: its mapping or its pool buffer
+        self._prefault: PrefaultAhead | None = None     # started with the first append
+        self._prefault_at = 0             # the physical offset past which appends tell it again
+        self._unmap = UnmapBehind(self.queue, config.page_cache_window_commitlog)
+
+    # -- append --------------------------------------------------------------------------
+    def prepare(self, msg):
+        return prepare_record(msg, self.max_message_size, self.store_host_bytes, self.prop_crc)
+
+    def append(self, rec: PreparedRecord) -> AppendMessageResult:
+        """Append one prepared record (as `append_encoded` does the bytes of one)."""
+        return self.append_encoded(*encode_prepared(rec))
+
+    def append_message(self, msg) -> AppendMessageResult | PutMessageStatus:
+        """The single put (`MessageStore.put_message`): the message appended as one record, or
+        the PutMessageStatus refusing it (MESSAGE_ILLEGAL and the like, OS_PAGECACHE_BUSY).
+
+        The common message (`core.record.encode`: bytes body, a topic and TAGS/KEYS seen
+        before, string properties, IPv4 hosts) is checked and packed straight into the segment
+        under the lock: one header pack, two copies. Any other takes `encode_record`, whose
+        checks are the reference; tests hold the two to byte equality."""
+        try:
+            body = msg.body
+            topic = msg.topic
+            head = _TOPICS.get(topic)
+            queue_id = msg.queue_id
+            props = msg.properties
+            end = _ENDS.get((msg.tags, msg.keys))
+            born = _HOSTS.get(msg.born_host)
+            sys_flag = msg.sys_flag
+            if body.__class__ is not bytes or not head or queue_id.__class__ is not int \
+                    or not 0 <= queue_id < 0x80000000 or not props or end is None or born is None \
+                    or born[1] or self._store_v6 or sys_flag.__class__ is not int \
+                    or PROPERTY_TAGS in props or PROPERTY_KEYS in props:
+                return self._append_other(msg)
+            props_b = ("\x02".join(map("\x01".join, props.items())) + end[0]).encode()
+            n = len(props) + end[1]
+            if self.prop_crc:
+                props_b += RESERVE                          # it ends in 0x02 (end[0])
+            body_len = len(body)
+            size = 90 + len(head) + body_len + len(props_b)      # head: TOPICLENGTH TOPIC
+            if n + n + (2 if self.prop_crc else 0) != props_b.count(b"\x01") + props_b.count(b"\x02") \
+                    or body_len > self.max_message_size \
+                    or len(props_b) > MAX_PROPERTIES_BYTES or size > self.max_message_size + TOTAL_SIZE_SLACK:
+                return self._append_other(msg)
+        except (TypeError, ValueError, AttributeError, LookupError):   # e.g. a property not a str
+            return self._append_other(msg)
+        tail = head + _I16.pack(len(props_b)) + props_b
+        sys_flag &= _HOST_BITS
+        crc = crc32(body) & 0x7FFFFFFF
+        if self.begin_time_in_lock and self.is_os_page_cache_busy():
+            return self._append_other(msg)         # refuses an illegal message first, as it must
+        if size + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
+            try:
+                mf = self._segment_for(size)
+                if mf is None:
+                    return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                pos = mf.wrote_position
+                phys = mf.file_from_offset + pos
+                counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+                key = (topic, queue_id)
+                table = self.topic_queue_table
+                qoff = table.get(key, 0) if counted else 0
+                target = self._target
+                try:
+                    _HEADER_V4.pack_into(target, pos, size, MAGIC_V1, crc, queue_id, msg.flag, qoff, phys,
+                                         sys_flag, msg.born_timestamp, born[0], store_ts, self.store_host_bytes,
+                                         msg.reconsume_times, msg.prepared_transaction_offset, body_len)
+                except struct.error:                         # a field out of its Java range:
+                    target[pos:pos + _HEADER_V4.size] = bytes(_HEADER_V4.size)   # zero what it packed
+                    mf = None
+                else:
+                    body_at = pos + _HEADER_V4.size
+                    tail_at = body_at + body_len
+                    target[body_at:tail_at] = body
+                    target[tail_at:pos + size] = tail
+                    if self.prop_crc:                        # seal, inlined (core.record.crc_property)
+                        end = pos + size
+                        target[end - 11:end - 1] = (b"%010d" % (crc32(target[pos:end - 20]) & 0x7FFFFFFF))[::-1]
+                    if counted:
+                        table[key] = qoff + 1
+                    mf.wrote_position = pos + size
+                    mf.store_timestamp = store_ts
+                    if phys + size >= self._prefault_at:
+                        self._prefault_wrote(mf, pos + size)
+            finally:
+                self.begin_time_in_lock = 0
+        if mf is None:
+            return self._append_other(msg)
+        return new_result(AppendMessageResult, (_APPENDED, phys, size, store_ts, qoff, 1,
+                                                self.store_host_bytes, (size,)))
+
+    def _append_other(self, msg) -> AppendMessageResult | PutMessageStatus:
+        """`append_message` of any message: `encode_record`, then `append_encoded`."""
+        rec = encode_record(msg, self.max_message_size, self.store_host_bytes, self.prop_crc)
+        if rec.__class__ is PutMessageStatus:
+            return rec
+        if self.begin_time_in_lock and self.is_os_page_cache_busy():
+            return PutMessageStatus.OS_PAGECACHE_BUSY
+        return self.append_encoded(*rec)
+
+    def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:
+        """Append one record as `core.record.encode.encode_record` gives it (the single put):
+        one copy into the segment, then QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP set."""
+        size = len(data)
+        if size + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
+            try:
+                mf = self._segment_for(size)
+                if mf is None:
+                    return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+                pos = mf.wrote_position
+                phys = mf.file_from_offset + pos
+                end = pos + size
+                target = self._target
+                target[pos:end] = data
+                if (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET:
+                    key = (topic, queue_id)
+                    table = self.topic_queue_table
+                    table[key] = (qoff := table.get(key, 0)) + 1
+                else:
+                    qoff = 0
+                _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
+                _STORE_TS.pack_into(target, pos + (68 if sys_flag & SYSFLAG_BORNHOST_V6 else 56), store_ts)
+                seal(target, pos, size)                  # when it has the CRC reserve
+                mf.wrote_position = end
+                mf.store_timestamp = store_ts
+                if phys + size >= self._prefault_at:
+                    self._prefault_wrote(mf, end)
+            finally:
+                self.begin_time_in_lock = 0
+        return new_result(AppendMessageResult, (_APPENDED, phys, size, store_ts, qoff, 1,
+                                                self.store_host_bytes, (size,)))
+
+    def append_batch(self, recs: list[PreparedRecord] | PreparedBatch) -> AppendMessageResult:
+        """Append records of one topic and queue as one unit, all in one segment."""
+        total = recs.total if recs.__class__ is PreparedBatch else sum(r.size for r in recs)
+        if total + BLANK_SIZE > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            store_ts = now_ms()
+            self.begin_time_in_lock = store_ts
+            try:
+                return self._append_locked(recs, total, store_ts)
+            finally:
+                self.begin_time_in_lock = 0
+
+    def _append_locked(self, recs, total, store_ts) -> AppendMessageResult:
+        mf = self._segment_with_room(total)
+        if mf is None:
+            return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+        pos = mf.wrote_position
+        target = self._target
+        columns = recs.__class__ is PreparedBatch
+        first = recs.first if columns else recs[0]
+        key = (first.topic, first.queue_id)
+        table = self.topic_queue_table
+        qoff = table.get(key, 0)
+        base = mf.file_from_offset
+        wrote_offset = base + pos
+        counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
+        q = qoff + len(recs) if counted else qoff
+        if columns:
+            pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
+            sizes = recs.record_sizes
+        else:
+            for i, rec in enumerate(recs):
+                pos = write_record(target, pos, rec, qoff + i if counted else 0, base + pos, store_ts)
+            sizes = tuple(r.size for r in recs)
+        mf.wrote_position = pos
+        mf.store_timestamp = store_ts
+        if counted:
+            table[key] = q
+        if base + pos >= self._prefault_at:
+            self._prefault_wrote(mf, pos)
+        return new_result(AppendMessageResult, (_APPENDED, wrote_offset, total, store_ts,
+                                                qoff, len(recs), self.store_host_bytes, sizes))
+
+    def _prefault_wrote(self, mf, position: int) -> None:
+        """Tell the prefault thread where the writer is; the appends call this again only once
+        they pass `_prefault_at`. Zaps this process's mapping of what is a page cache window
+        behind (core.files.cache_window)."""
+        self._unmap.advance(mf.file_from_offset + position)
+        if self._prefault is None:
+            self._prefault_at = NEVER
+        else:
+            self._prefault_at = self._prefault.wrote(mf, position)
+
+    def _segment_for(self, size: int):
+        """Under put_lock: the held segment when `size` more bytes fit in it (the common case,
+        checked inline), else `_segment_with_room`."""
+        mf = self._writing
+        if mf is None or mf.wrote_position + size + BLANK_SIZE > self.file_size or not mf.available:
+            return self._segment_with_room(size)
+        return mf
+
+    def _segment_with_room(self, total: int):
+        """The segment to append `total` bytes to, after a blank record and a roll when the held
+        one lacks the room; None when no segment can be had."""
+        mf = self._writable_segment()
+        if mf is None:
+            return None
+        pos = mf.wrote_position
+        if total + BLANK_SIZE > self.file_size - pos:
+            write_blank(self._target, pos, self.file_size - pos)
+            mf.wrote_position = self.file_size
+            mf = self._writable_segment()
+        return mf
+
+    def _writable_segment(self):
+        mf = self._writing
+        if mf is not None and not mf.is_full and mf.available:
+            return mf
+        if mf is not None:
+            mf.release()
+            self._writing = self._target = None
+        try:
+            mf = self.queue.get_last_mapped_file(0, create=True)
+        except OSError:
+            return None
+        if mf.write_buffer is None and self.pool is not None and mf.wrote_position == 0:
+            mf.write_buffer = self.pool.borrow()
+        buf = self.queue.hold(mf)
+        if buf is None:
+            return None
+        self._writing = mf
+        self._target = mf.write_buffer if mf.write_buffer is not None else buf
+        if self._prefault is None and isinstance(buf, mmap.mmap):
+            self._prefault = PrefaultAhead(self.queue, sync_flush=self.config.is_sync_flush)
+        self._prefault_at = 0
+        return mf
+
+    # -- replication: a slave's only writer -----------------------------------------------
+    def append_replicated(self, offset: int, data) -> int:
+        """Write `data`, CommitLog bytes a master sent, at `offset`, which must be where this
+        log ends (or, for an empty log, a segment's start); the chunk must stay inside one
+        segment, as a master sends it. A chunk that starts a segment rolls into it (through the
+        allocator). Returns the log's new end; ValueError when the chunk does not fit there."""
+        n = len(data)
+        size = self.file_size
+        with self.put_lock:
+            files = self.queue.files
+            end = self.queue.get_max_wrote_position()
+            if (files and offset != end) or (not files and offset % size):
+                raise ValueError(f"a replicated chunk at {offset} does not continue the log, "
+                                 f"which ends at {end}")
+            if offset % size + n > size:
+                raise ValueError(f"a replicated chunk of {n} bytes at {offset} crosses a segment")
+            mf = self._writing
+            if mf is None or not mf.available or mf.is_full or mf.file_from_offset != offset - offset % size:
+                mf = self._replica_segment(offset)
+                if mf is None:
+                    raise OSError(f"no CommitLog segment for offset {offset}")
+            pos = offset - mf.file_from_offset
+            self._target[pos:pos + n] = data
+            mf.wrote_position = pos + n
+            if offset + n >= self._prefault_at:
+                self._prefault_wrote(mf, pos + n)
+            return offset + n
+
+    def _replica_segment(self, offset: int):
+        """Under put_lock: hold the segment that holds `offset` (the last one, or a new one
+        when the last is full or there is none)."""
+        if self._writing is not None:
+            self._writing.release()
+            self._writing = self._target = None
+        last = self.queue.get_last_mapped_file()
+        if last is not None and last.file_from_offset <= offset < last.file_from_offset + self.file_size:
+            mf = last
+        else:
+            mf = self.queue.get_last_mapped_file(offset, create=True)
+        buf = self.queue.hold(mf)
+        if buf is None:
+            return None
+        self._writing, self._target = mf, buf
+        if self._prefault is None and isinstance(buf, mmap.mmap):
+            self._prefault = PrefaultAhead(self.queue, sync_flush=self.config.is_sync_flush)
+        self._prefault_at = 0
+        return mf
+
+    def reset_writer(self) -> None:
+        """Forget the held segment (after a truncation or at shutdown)."""
+        with self.put_lock:
+            if self._writing is not None:
+                self._writing.release()
+                self._writing = self._target = None
+
+    def is_os_page_cache_busy(self) -> bool:
+        begin = self.begin_time_in_lock
+        diff = now_ms() - begin
+        return begin != 0 and self.config.os_page_cache_busy_timeout_ms < diff < 10_000_000
+
+    # -- positions -----------------------------------------------------------------------
+    def get_min_offset(self) -> int:
+        first = self.queue.get_first_mapped_file()
+        if first is None:
+            return -1
+        if first.available:
+            return first.file_from_offset
+        return first.file_from_offset + self.file_size
+
+    def get_max_offset(self) -> int:
+        return self.queue.get_max_offset()
+
+    def get_confirm_offset(self) -> int:
+        """What readers may see: the flushed position under SYNC_FLUSH, else what is written
+        (committed, with the transient pool)."""
+        if self.config.is_sync_flush:
+            return self.queue.flushed_where
+        return self.queue.get_max_offset()
+
+    # -- flush and commit ----------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        with self._flush_lock:                      # the flush thread and MessageStore.flush
+            return self.queue.flush(least_pages)
+
+    def commit(self, least_pages: int = 0) -> bool:
+        with self._flush_lock:
+            return self._commit(least_pages)
+
+    def _commit(self, least_pages: int) -> bool:
+        result = self.queue.commit(least_pages)
+        if self.pool is not None:
+            for mf in self.queue.files:
+                if mf.write_buffer is not None and mf.committed_position == self.file_size:
+                    self.pool.give_back(mf.write_buffer)
+                    mf.write_buffer = None
+        return result
+
+    # -- reads ---------------------------------------------------------------------------
+    def read(self, phys: int, size: int) -> bytes | None:
+        return self.queue.read(phys, size)
+
+    def look_record(self, phys: int) -> bytes | None:
+        """The whole record at `phys`, or None if nothing readable starts there."""
+        head = self.queue.read(phys, 4)
+        if head is None:
+            return None
+        size = read_i32(head, 0)
+        return self.queue.read(phys, size) if size > 0 else None
+
+    def pickup_store_timestamp(self, phys: int, size: int) -> int:
+        if phys < self.get_min_offset():
+            return -1
+        rec = self.queue.read(phys, size)
+        if rec is None or len(rec) < 60:
+            return -1
+        sys_flag = read_i32(rec, 36)
+        return read_i64(rec, store_timestamp_position(sys_flag))
+
+    def record_phys_offset(self, rec: bytes) -> int:
+        return read_i64(rec, PHYS_OFFSET_POS)
+
+    def shutdown(self) -> None:
+        if self._prefault is not None:
+            self._prefault.close()
+            self._prefault = None
+        self.reset_writer()
+        self.queue.shutdown()
+
+
+def append_status_to_put(status: AppendMessageStatus) -> PutMessageStatus:
+    if status is AppendMessageStatus.PUT_OK:
+        return PutMessageStatus.PUT_OK
+    if status in (AppendMessageStatus.MESSAGE_SIZE_EXCEEDED, AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if status is AppendMessageStatus.UNKNOWN_ERROR:
+        return PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    return PutMessageStatus.UNKNOWN_ERROR

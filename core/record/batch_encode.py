@@ -1,0 +1,337 @@
+"""A batch's records encoded as columns: one set of numpy operations for the whole batch.
+
+A producer's batch (the `put_batch` bodies frame, or `MessageStore.put_messages` of messages
+alike but for body and UNIQ_KEY) is records that share every header field and every
+property but BODY, BODYCRC, TOTALSIZE, BODYLEN, UNIQ_KEY and the three fields set at
+append (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP). `prepare_columns` validates such a
+batch and builds its fixed-width parts as arrays: the headers (a numpy structured array,
+one row per record) and the tails (TOPIC ... PROPERTIES, one byte row per record, each
+with its own key). `PreparedBatch.write` fills the position fields of every row at once and
+copies the batch into the segment: when every record has the same size the segment range
+is viewed as a 2-D array and headers, bodies and tails go in with three assignments;
+otherwise the pieces are joined in order and copied with one assignment.
+
+The headers and tails of a batch depend only on its shape (every shared field, the number of
+records, the body size, the key length): `_SHAPES` keeps them, so the next batch of that shape
+is checked only for what is its own (bodies, keys, born timestamp) and costs one CRC per body
+and a few numpy calls for the whole batch.
+
+It applies when the UNIQ_KEYs (if any) all have the same UTF-8 length, which the keys a
+producer makes always do; `prepare_columns` returns None otherwise, and the caller takes
+`core.record.codec.prepare_batch`, which gives the same bytes record by record. The tests hold
+the two to byte equality.
+
+With `prop_crc` every record's tail ends in the CRC reserve (`core.record.crc_property`); `write` seals
+each record once the position fields are set (one CRC per record; the digits of a uniform
+batch go in with one numpy assignment).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from itertools import chain
+
+import numpy as np
+
+from core.record.codec import (
+    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
+)
+from core.record.crc import crc32, crc32_for_size
+from core.record.key_block import KeyBlock, block_problem, key_list
+from core.record.crc_property import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
+from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
+from core.status import PutMessageStatus
+
+_U8 = np.uint8
+
+
+def _header_dtype(born_len: int, store_len: int) -> np.dtype:
+    """The record header (codec._header_struct) as a packed big-endian numpy record."""
+    return np.dtype([
+        ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+        ("queue_offset", ">i8"), ("phys_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+        ("born_host", f"V{born_len}"), ("store_ts", ">i8"), ("store_host", f"V{store_len}"),
+        ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
+
+
+_DTYPES = {(b, s): _header_dtype(b, s) for b in (8, 20) for s in (8, 20)}
+_SHAPES: dict = {}          # _shape_key -> _Shape, oldest first
+SHAPES_KEPT = 128           # at most this many shapes (headers and tails: a few KiB each for 32)
+SHAPE_MAX_RECORDS = 1024    # larger batches are not kept
+
+
+class _Shape:
+    """What every batch of one shape shares (`_SHAPES`): the record standing for the batch (the
+    first, as `prepare_record` makes it), the n headers but for the fields each batch sets, the
+    n tails but for their UNIQ_KEY columns, and each record's (index, start) in the batch."""
+
+    __slots__ = ("first", "record_sizes", "total", "heads", "tails", "key_at", "places", "fields",
+                 "sealed")
+
+    def __init__(self, first: PreparedRecord, record_sizes: tuple, rows: np.ndarray, tails: np.ndarray,
+                 key_at: int):
+        self.first = dataclasses.replace(first, body=b"")  # never the producer's frame, kept alive
+        self.record_sizes = record_sizes
+        self.total = sum(record_sizes)
+        self.heads = rows.view(_U8).reshape(len(rows), -1)
+        self.tails = tails
+        self.key_at = key_at
+        places = np.zeros((len(record_sizes), 2), np.int64)
+        places[:, 0] = np.arange(len(record_sizes))
+        places[1:, 1] = np.cumsum(record_sizes[:-1])
+        self.places = places
+        for shared in (self.heads, tails, places):
+            shared.flags.writeable = False            # batches of every thread read them
+        self.sealed = first.tail[-CRC32_RESERVED_LEN:] == RESERVE     # records with the CRC
+        self.fields = _set_fields(rows.dtype, record_sizes[0] if len(set(record_sizes)) == 1 else None)
+
+
+def _set_fields(header: np.dtype, record_size: int | None) -> np.dtype:
+    """The fields a batch sets (CRC, QUEUEOFFSET and PHYSICALOFFSET together, BORNTIMESTAMP,
+    STORETIMESTAMP) over rows of `record_size` bytes (whole records one after the other), or
+    over bare headers."""
+    return np.dtype({"names": ["crc", "positions", "born_ts", "store_ts"],
+                     "formats": [">i4", (">i8", 2), ">i8", ">i8"],
+                     "offsets": [header.fields[f][1] for f in ("crc", "queue_offset", "born_ts", "store_ts")],
+                     "itemsize": record_size or header.itemsize})
+
+
+class PreparedBatch:
+    """A validated batch ready to write: its shape and what is its own (CRCs, born timestamp,
+    UNIQ_KEYs, bodies). `first` stands for the batch (topic, queue and flags)."""
+
+    __slots__ = ("_shape", "first", "record_sizes", "total", "_crcs", "_born", "_keys", "_bodies",
+                 "_block")
+
+    def __init__(self, shape: _Shape, crcs: np.ndarray, born: int, keys: bytes | None, bodies: list,
+                 block):
+        self._shape = shape
+        self.first = shape.first
+        self.record_sizes = shape.record_sizes
+        self.total = shape.total
+        self._crcs = crcs          # the BODYCRC of each record
+        self._born = born
+        self._keys = keys          # the UNIQ_KEYs back to back (ASCII, one width), or None
+        self._bodies = bodies
+        self._block = block        # the bodies back to back, when they are all one size
+
+    def __len__(self) -> int:
+        return len(self.record_sizes)
+
+    def write(self, buf, pos: int, queue_offset: int | None, phys_offset: int,
+              store_timestamp: int) -> int:
+        """Write the records at `pos` of `buf`, the first at `phys_offset` with `queue_offset`
+        (None: 0 for all, a transaction's prepared or rollback record); return the end."""
+        shape = self._shape
+        n, total, keys = len(shape.record_sizes), shape.total, self._keys
+        heads, tails, h = shape.heads, shape.tails, shape.heads.shape[1]
+        out = grid = None
+        try:
+            out = np.frombuffer(buf, _U8, total, pos)   # an export of buf: dropped below
+            if self._block is not None:                 # one size: the batch as an (n, size) grid
+                grid = out.reshape(n, shape.record_sizes[0])
+                body_end = grid.shape[1] - tails.shape[1]
+                grid[:, :h] = heads
+                grid[:, h:body_end] = np.frombuffer(self._block, _U8).reshape(n, body_end - h)
+                grid[:, body_end:] = tails
+                if keys:
+                    at = body_end + shape.key_at
+                    grid[:, at:at + len(keys) // n] = np.frombuffer(keys, _U8).reshape(n, -1)
+                self._set(np.frombuffer(buf, shape.fields, n, pos), queue_offset, phys_offset,
+                          store_timestamp)
+                if shape.sealed:
+                    seal_grid(buf, pos, grid)
+            else:
+                rows = np.frombuffer(bytearray(heads.tobytes()), shape.fields)
+                self._set(rows, queue_offset, phys_offset, store_timestamp)
+                if keys:
+                    tails = tails.copy()
+                    tails[:, shape.key_at:shape.key_at + len(keys) // n] = \
+                        np.frombuffer(keys, _U8).reshape(n, -1)
+                head_b, tail_b = rows.tobytes(), tails.tobytes()
+                t = tails.shape[1]
+                out[:] = np.frombuffer(b"".join(chain.from_iterable(zip(
+                    [head_b[i:i + h] for i in range(0, n * h, h)], self._bodies,
+                    [tail_b[i:i + t] for i in range(0, n * t, t)]))), _U8)
+                if shape.sealed:
+                    seal_run(buf, pos, shape.record_sizes)
+        finally:
+            del out, grid                                 # so that buf can be closed
+        return pos + total
+
+    def _set(self, rows: np.ndarray, queue_offset: int | None, phys_offset: int, store_timestamp: int):
+        rows["crc"] = self._crcs
+        rows["born_ts"] = self._born
+        rows["store_ts"] = store_timestamp
+        positions = self._shape.places + (queue_offset or 0, phys_offset)
+        if queue_offset is None:
+            positions[:, 0] = 0
+        rows["positions"] = positions
+
+
+def prepare_batch_records(msg, bodies: list, max_message_size: int,
+                          store_host_bytes: bytes | None = None, uniq_keys=None, block=None,
+                          sizes: list | None = None, prop_crc: bool = False):
+    """A batch alike but for body and UNIQ_KEY, prepared as columns where it fits them and
+    record by record (`core.record.codec.prepare_batch`) otherwise; or the PutMessageStatus. As
+    RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL). `uniq_keys`
+    is a list of strings or a `core.record.key_block.KeyBlock`."""
+    if has_delay_level(msg.properties):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes,
+                           prop_crc)
+    if recs is None:
+        recs = prepare_batch(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys),
+                             prop_crc)
+    if recs.__class__ is not PutMessageStatus and \
+            (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return recs
+
+
+def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = None,
+                 prop_crc: bool = False):
+    """A batch whose messages differ in more than body and UNIQ_KEY, each prepared on its own
+    (`core.record.codec.prepare_record`); or the PutMessageStatus refusing it, under the batch rules
+    of `prepare_batch_records` (no delay level, no transaction)."""
+    recs = []
+    for m in msgs:
+        rec = prepare_record(m, max_message_size, store_host_bytes, prop_crc)
+        if rec.__class__ is PutMessageStatus:
+            return rec
+        if rec.sys_flag & SYSFLAG_TRANSACTION_MASK or has_delay_level(m.properties):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        rec.prepared_offset = 0          # as RocketMQ writes every record of a batch
+        recs.append(rec)
+    return recs
+
+
+def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
+                    uniq_keys=None, block=None, sizes: list | None = None, prop_crc: bool = False):
+    """`core.record.codec.prepare_batch` as a PreparedBatch (or the PutMessageStatus that refuses the
+    batch); None when the batch does not fit the columns (fewer than two records, or keys of
+    different lengths), and prepare_batch must do it. `block`, when given, is `bodies` back to
+    back in one buffer (the put_batch frame), and the bodies are slices of it: their types
+    need no check, and `sizes` (given with it) are their lengths. `uniq_keys` is a list of
+    strings or a `core.record.key_block.KeyBlock`.
+
+    A batch whose shape (`_shape_key`) was seen before is only checked for what is its own:
+    the bodies' types and sizes, the keys, the born timestamp."""
+    n = len(bodies)
+    if n < 2:
+        return None
+    keyed = uniq_keys is not None
+    if keyed and (len(uniq_keys) != n if uniq_keys.__class__ is not KeyBlock
+                  else uniq_keys.count != n or block_problem(*uniq_keys) or uniq_keys.has_separators()) \
+            or keyed and PROPERTY_UNIQ_KEY in (msg.properties or {}):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if block is not None:                               # slices of one frame: bytes-like
+        if sizes is None:
+            sizes = list(map(len, bodies))
+    else:
+        sizes = (list(map(len, bodies)) if list(map(type, bodies)).count(bytes) == n
+                 or all(map(is_body, bodies)) else None)
+    joined = None
+    if uniq_keys.__class__ is KeyBlock:                 # checked above: ASCII, one width
+        joined = uniq_keys.data
+    elif keyed:
+        if list(map(type, uniq_keys)).count(str) != n:
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
+        joined = "".join(uniq_keys)
+        if not joined.isascii() or list(map(len, uniq_keys)).count(len(uniq_keys[0])) != n:
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
+        if "\x01" in joined or "\x02" in joined:       # refused; _columns says with which status
+            return _columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, prop_crc)
+        joined = joined.encode("ascii")
+    born = msg.born_timestamp
+    if sizes is None or sizes.count(sizes[0]) != n or born.__class__ is not int \
+            or not -(1 << 63) <= born < 1 << 63:
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
+    try:
+        key = _shape_key(msg, n, sizes[0], len(joined) // n if keyed else None, max_message_size,
+                         store_host_bytes, prop_crc)
+        shape = _SHAPES.get(key)
+    except TypeError:                                   # an unhashable field: no cache
+        return _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
+    if shape is None:
+        batch = _columns(msg, bodies, max_message_size, store_host_bytes, key_list(uniq_keys), block, prop_crc)
+        if batch.__class__ is PreparedBatch and batch._block is not None and n <= SHAPE_MAX_RECORDS:
+            if len(_SHAPES) >= SHAPES_KEPT:
+                try:
+                    del _SHAPES[next(iter(_SHAPES))]       # the oldest shape goes
+                except (KeyError, RuntimeError):           # another putting thread took one
+                    pass
+            _SHAPES[key] = batch._shape
+        return batch
+    crcs = np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF
+    return PreparedBatch(shape, crcs, born, joined, bodies, b"".join(bodies) if block is None else block)
+
+
+def _shape_key(msg, n: int, body_size: int, key_len: int | None, max_message_size: int,
+               store_host_bytes, prop_crc: bool) -> tuple:
+    """Every input of `_columns` that two batches alike but for bodies (of one size), keys (of
+    one length) and born timestamp share; TypeError when one is unhashable. The types are part
+    of it: 1, 1.0 and True are equal keys, but not all of them are legal field values."""
+    props = msg.properties
+    ints = (msg.queue_id, msg.flag, msg.sys_flag, msg.reconsume_times, msg.prepared_transaction_offset)
+    return (msg.topic, ints, tuple(map(type, ints)), msg.tags, msg.keys, msg.born_host,
+            None if store_host_bytes else msg.store_host,
+            (tuple(props.items()), tuple(map(type, props.values()))) if props else None, n, body_size,
+            key_len, max_message_size, store_host_bytes, prop_crc)
+
+
+def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None,
+             uniq_keys: list | None, block, prop_crc: bool):
+    """`prepare_columns` without the shape cache."""
+    n = len(bodies)
+    keyed = uniq_keys is not None
+    first = prepare_batch(copy.copy(msg), bodies[:1], max_message_size, store_host_bytes,
+                          uniq_keys[:1] if keyed else None, prop_crc)   # a copy: it sets body, UNIQ_KEY
+    if first.__class__ is PutMessageStatus:
+        return first
+    first = first[0]
+    if keyed:
+        if set(map(type, uniq_keys)) != {str}:
+            return None                              # prepare_batch says which is wrong
+        joined = "".join(uniq_keys)
+        key_len = len(uniq_keys[0])
+        if not joined.isascii() or len(set(map(len, uniq_keys))) != 1:
+            return None                              # tails of different widths
+        if "\x01" in joined or "\x02" in joined:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+    if not all(map(is_body, bodies)):
+        return None                                  # prepare_batch refuses it
+    sizes = list(map(len, bodies))
+    fixed = first.size - sizes[0]
+    if max(sizes) > min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    tails = np.empty((n, len(first.tail)), _U8)
+    tails[:] = np.frombuffer(first.tail, _U8)
+    key_at = _key_position(first.tail, uniq_keys[0].encode("ascii")) if keyed else 0
+    uniform = len(set(sizes)) == 1
+    if uniform and block is None:
+        block = b"".join(bodies)
+    shape = _Shape(first, tuple(s + fixed for s in sizes), _header_rows(first, n, sizes), tails, key_at)
+    return PreparedBatch(shape, np.fromiter(map(crc32, bodies), np.uint32, n) & 0x7FFFFFFF,
+                         first.born_timestamp, joined.encode("ascii") if keyed and key_len else None,
+                         bodies, block if uniform else None)
+
+
+def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
+    """The n headers with every field but the ones each batch sets (CRC, positions, store
+    timestamp): the first record's header repeated, then the size of each."""
+    template = first.header.pack(first.size, MAGIC_V1, 0, first.queue_id, first.flag, 0, 0,
+                                 first.sys_flag, first.born_timestamp, first.born_host, 0,
+                                 first.store_host, first.reconsume_times, first.prepared_offset,
+                                 sizes[0])
+    rows = np.frombuffer(bytearray(template * n), _DTYPES[len(first.born_host), len(first.store_host)])
+    sizes_a = np.array(sizes, np.int32)
+    rows["size"] = sizes_a + (first.size - sizes[0])
+    rows["body_len"] = sizes_a
+    return rows
+
+
+def _key_position(tail: bytes, key: bytes) -> int:
+    """Where the UNIQ_KEY value starts in a v1 tail (TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES)."""
+    props_at = 1 + tail[0] + 2
+    return uniq_key_at(tail[props_at:], key) + props_at

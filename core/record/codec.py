@@ -1,0 +1,486 @@
+"""CommitLog record codec, byte for byte as Apache RocketMQ 5.x (DESIGN.md section 3).
+
+`prepare_record` validates a message and builds everything that does not depend on where
+it lands; `write_record` then packs it straight into a mapped segment with the queue offset,
+physical offset and store timestamp. `check_record` is the recovery/dispatch parser that
+tells a valid record from a blank, a torn or a corrupt one. Reading a record back as a
+message is `core.record.decode`.
+
+Records carry RocketMQ 5.2's whole-record CRC property when the encoder is asked for it
+(`prop_crc`, the store's `enabled_append_prop_crc`); `core.record.crc_property` owns its bytes, and
+`parse_record` checks it where a record has it (the body CRC where it has not).
+
+The body CRC covers only the body. So that recovery also notices a record whose tail a
+torn write zeroed, the CRC-checked parse refuses a topic containing a NUL (topics never
+contain one; puts refuse them) and non-empty properties ending in a NUL (RocketMQ 5.2+ ends
+them with the 0x02 separator, older versions with a value's last character).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from core.record.crc import crc32
+from core.record.hashing import tags_code
+from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, RESERVE, seal, strip, verify
+from core.record.message import (
+    KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+    SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
+)
+from core.status import PutMessageStatus
+
+MAGIC_V1 = -626843481          # 0xDAA320A7
+MAGIC_V2 = -626843477          # 0xDAA320AB
+MAGIC_BLANK = -875286124       # 0xCBD43194
+BLANK_SIZE = 8                 # END_FILE_MIN_BLANK_LENGTH
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this much
+QUEUE_OFFSET_POS = 20
+PHYS_OFFSET_POS = 28
+SYSFLAG_POS = 36
+BORN_HOST_POS = 48
+# RocketMQ's delay topic: a record of it with a DELAY level gets its delivery time (store
+# timestamp + the level's delay, messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
+# 10m 20m 30m 1h 2h", a level above 18 taken as 18) as consume-queue tag code (reference 2.13).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
+                  420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
+
+_BLANK = struct.Struct(">ii")
+_HEAD = struct.Struct(">iii")            # TOTALSIZE, MAGIC, BODYCRC
+_SYSFLAG = struct.Struct(">i")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_INT_FIELDS = struct.Struct(">iiiqq")   # FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED
+
+
+def _header_struct(born_len: int, store_len: int) -> struct.Struct:
+    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST
+    # STORETS STOREHOST RECONSUME PREPARED BODYLEN
+    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
+
+
+_HEADERS = {(b, s): _header_struct(b, s) for b in (8, 20) for s in (8, 20)}
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, born_v6=False, store_v6=False,
+                topic_len_bytes: int = 1) -> int:
+    """TOTALSIZE: 91 + body + topic + properties for IPv4 hosts, +12 per IPv6 host."""
+    return (90 + topic_len_bytes + body_len + topic_len + props_len
+            + (12 if born_v6 else 0) + (12 if store_v6 else 0))
+
+
+MIN_RECORD_SIZE = record_size(0, 0, 0)     # 91: the smallest TOTALSIZE a record can have
+
+
+@dataclass(slots=True)
+class PreparedRecord:
+    """A validated message, encoded except for its position-dependent fields."""
+    size: int
+    header: struct.Struct
+    crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int
+    prepared_offset: int
+    body: bytes
+    tail: bytes          # TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES
+    topic: str
+    tags_code: int
+    keys: str
+    uniq_key: str
+
+
+_HOSTS: dict = {}
+_TOPICS: dict = {}
+
+
+def _host_bytes(host) -> tuple[bytes, bool]:
+    """host_to_bytes with a cache: producers reuse a handful of hosts."""
+    try:
+        hit = _HOSTS.get(host)
+    except TypeError:                                  # an unhashable host (a list): no cache
+        return host_to_bytes(host)
+    if hit is None:
+        hit = host_to_bytes(host)
+        if len(_HOSTS) < 4096:
+            _HOSTS[host] = hit
+    return hit
+
+
+def _topic_head(topic: str) -> bytes:
+    """TOPICLENGTH + TOPIC, cached per topic; b"" for an illegal topic. Besides RocketMQ's
+    length rule a topic must be one directory name (consumequeue/<topic>/): no NUL, no "/",
+    not "." or "..", which would put its consume queues elsewhere or outside the store."""
+    head = _TOPICS.get(topic)
+    if head is None:
+        topic_b = topic.encode("utf-8")
+        legal = 0 < len(topic_b) <= MAX_TOPIC_BYTES and b"\x00" not in topic_b \
+            and b"/" not in topic_b and topic_b not in (b".", b"..")
+        head = bytes((len(topic_b),)) + topic_b if legal else b""
+        if len(_TOPICS) < 65536:
+            _TOPICS[topic] = head
+    return head
+
+
+def _properties_string(msg) -> tuple[str, int, str | None, str]:
+    """(property string, number of pairs written, TAGS, KEYS) of a message.
+
+    The common message (string properties without TAGS or KEYS among them) is joined in C;
+    anything else goes through `_properties_string_general`, which gives the same string."""
+    props = msg.properties
+    if not props:
+        return _properties_string_general(msg)
+    tags = msg.tags
+    keys = msg.keys
+    if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
+            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props)):
+        return _properties_string_general(msg)
+    try:
+        s = "\x02".join(map("\x01".join, props.items())) + "\x02"
+    except TypeError:                       # a value that is not a str (or None): format it
+        return _properties_string_general(msg)
+    n = len(props)
+    if tags:
+        s += "TAGS\x01" + tags + "\x02"
+        n += 1
+    else:
+        tags = props.get(PROPERTY_TAGS)
+    if keys:
+        s += "KEYS\x01" + keys + "\x02"
+        n += 1
+    else:
+        keys = props.get(PROPERTY_KEYS) or ""
+    return s, n, tags, keys
+
+
+def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
+    """`_properties_string` for any message: KEYS a str as given (RocketMQ's setKeys(String)) or
+    a list joined by single spaces, empty ones dropped; TAGS and KEYS set over the properties of
+    those names, None values left out."""
+    tags = msg.tags
+    keys = msg.keys
+    if keys is not None and not isinstance(keys, str):
+        keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
+    if msg.properties:
+        props = dict(msg.properties)
+        if tags:
+            props[PROPERTY_TAGS] = tags
+        if keys:
+            props[PROPERTY_KEYS] = keys
+        pairs = [(k, v) for k, v in props.items() if v is not None]
+        return "".join(f"{k}\x01{v}\x02" for k, v in pairs), len(pairs), props.get(PROPERTY_TAGS), \
+            props.get(PROPERTY_KEYS) or ""
+    s = ""
+    n = 0
+    if tags:
+        s = "TAGS\x01" + tags + "\x02"
+        n = 1
+    if keys:
+        s += "KEYS\x01" + keys + "\x02"
+        n += 1
+    return s, n, tags, keys or ""
+
+
+def is_body(body) -> bool:
+    """Whether `body` can be a message body: bytes, a bytearray, or a C-contiguous memoryview
+    of single bytes (`len` must count its bytes: a view of wider items would not)."""
+    if isinstance(body, (bytes, bytearray)):
+        return True
+    return isinstance(body, memoryview) and body.itemsize == 1 and body.c_contiguous
+
+
+def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = None,
+                   prop_crc: bool = False):
+    """Validate `msg` and encode it; return a PreparedRecord or the PutMessageStatus that refuses it.
+    With `prop_crc` the properties end in the CRC reserve (`core.record.crc_property`), which counts
+    towards the 32767-byte limit as in RocketMQ; `write_record` fills it in."""
+    body = msg.body
+    topic = msg.topic
+    if not is_body(body) or not isinstance(topic, str):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    head = _topic_head(topic)
+    body_len = len(body)
+    queue_id = msg.queue_id
+    if not head or body_len > max_message_size or queue_id.__class__ is not int \
+            or not 0 <= queue_id < (1 << 31):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    try:
+        props_s, pairs, tags, keys = _properties_string(msg)
+        tag_hash = tags_code(tags)
+    except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    props_b = props_s.encode("utf-8")
+    if prop_crc:
+        props_b = with_reserve(props_b)
+    if len(props_b) > MAX_PROPERTIES_BYTES:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    if pairs * 2 != props_s.count("\x01") + props_s.count("\x02"):
+        return PutMessageStatus.MESSAGE_ILLEGAL          # a separator inside a name or value
+    try:
+        _INT_FIELDS.pack(msg.flag, msg.sys_flag, msg.reconsume_times, msg.born_timestamp,
+                         msg.prepared_transaction_offset)    # each must fit its Java field
+        born, born_v6 = _host_bytes(msg.born_host)
+        store, store_v6 = (store_host_bytes, len(store_host_bytes) == 20) if store_host_bytes \
+            else _host_bytes(msg.store_host)
+    except (ValueError, TypeError, IndexError, struct.error):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    if born_v6:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if store_v6:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
+    if size > max_message_size + TOTAL_SIZE_SLACK:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return PreparedRecord(
+        size, _HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
+        msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
+        msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
+        tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
+
+
+def with_reserve(props_b: bytes) -> bytes:
+    """PROPERTIES followed by the CRC reserve: a 0x02 first when they are not empty and do not
+    end in one (RocketMQ's rule; ours always do)."""
+    if props_b and props_b[-1] != 2:
+        props_b += b"\x02"
+    return props_b + RESERVE
+
+
+def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: bytes | None = None,
+                  uniq_keys: list | None = None, prop_crc: bool = False):
+    """`prepare_record` for records that share every field of `msg` but the body (a batch sent
+    without per-message fields) and, with `uniq_keys`, the UNIQ_KEY property (record i gets
+    uniq_keys[i]; `msg.properties` must not hold one). The first record is prepared in full;
+    the others differ from it only in body, CRC, size and the UNIQ_KEY bytes of the tail.
+    Every record's PREPARED TRANSACTION OFFSET is 0, as RocketMQ writes a batch's (the message's
+    is checked, not kept). Returns the list, or the PutMessageStatus that refuses one of them.
+    Sets `msg.body` to the first body (and `msg.properties` to include the first UNIQ_KEY)."""
+    msg.body = bodies[0]
+    if uniq_keys is not None:
+        if len(uniq_keys) != len(bodies) or PROPERTY_UNIQ_KEY in (msg.properties or {}):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        msg.properties = {**(msg.properties or {}), PROPERTY_UNIQ_KEY: uniq_keys[0]}
+    first = prepare_record(msg, max_message_size, store_host_bytes, prop_crc)
+    if first.__class__ is PutMessageStatus:
+        return first
+    first.prepared_offset = 0        # RocketMQ writes 0 into every record of a batch (2.11)
+    out = [first]
+    if uniq_keys is not None:
+        return _prepare_keyed(first, bodies, uniq_keys, max_message_size, out)
+    fixed = first.size - len(first.body)
+    limit = min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed)
+    f = first
+    for body in bodies[1:]:
+        n = len(body)
+        if n > limit or not is_body(body):
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        out.append(PreparedRecord(
+            fixed + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
+            f.born_timestamp, f.born_host, f.store_host, f.reconsume_times, f.prepared_offset, body,
+            f.tail, f.topic, f.tags_code, f.keys, f.uniq_key))
+    return out
+
+
+_UNIQ_LABEL = b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01"
+
+
+def uniq_key_at(props: bytes, key: bytes) -> int:
+    """Where the UNIQ_KEY value `key` starts in a PROPERTIES string."""
+    return (b"\x02" + props).index(_UNIQ_LABEL + key + b"\x02") + len(_UNIQ_LABEL) - 1
+
+
+def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message_size: int,
+                   out: list):
+    """The rest of `prepare_batch` with a UNIQ_KEY per record: the first record's tail is cut
+    around its UNIQ_KEY value, and each record's tail is the two pieces around its own key."""
+    topic_head = f.tail[:1 + f.tail[0]]                     # TOPICLENGTH TOPIC
+    props = f.tail[len(topic_head) + 2:]
+    at = uniq_key_at(props, f.uniq_key.encode("utf-8"))
+    before, after = props[:at], props[at + len(f.uniq_key.encode("utf-8")):]
+    fixed = f.size - len(f.body) - len(props)
+    room = max_message_size + TOTAL_SIZE_SLACK - fixed
+    pack_len = _I16.pack
+    for body, key in zip(bodies[1:], uniq_keys[1:]):
+        n = len(body)
+        if n > max_message_size or not is_body(body) \
+                or key.__class__ is not str:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        key_b = key.encode("utf-8")
+        props_len = len(before) + len(key_b) + len(after)
+        if props_len > MAX_PROPERTIES_BYTES:
+            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        if "\x01" in key or "\x02" in key or n + props_len > room:
+            return PutMessageStatus.MESSAGE_ILLEGAL
+        out.append(PreparedRecord(
+            fixed + props_len + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag,
+            f.sys_flag, f.born_timestamp, f.born_host, f.store_host, f.reconsume_times,
+            f.prepared_offset, body, b"".join((topic_head, pack_len(props_len), before, key_b, after)),
+            f.topic, f.tags_code, f.keys, key))
+    return out
+
+
+def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
+                 store_timestamp: int, sealed: bool = True) -> int:
+    """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve, unless
+    not `sealed`: bytes whose position fields are set later); return the position after it."""
+    body = rec.body
+    rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
+                         queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
+                         rec.born_host, store_timestamp, rec.store_host, rec.reconsume_times,
+                         rec.prepared_offset, len(body))
+    p = pos + rec.header.size
+    end = p + len(body)
+    buf[p:end] = body
+    tail_end = end + len(rec.tail)
+    buf[end:tail_end] = rec.tail
+    if sealed and rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
+        seal(buf, pos, rec.size)
+    return tail_end
+
+
+def write_blank(buf, pos: int, length: int) -> None:
+    """The end-of-file filler: TOTALSIZE = bytes left, MAGIC = blank."""
+    _BLANK.pack_into(buf, pos, length, MAGIC_BLANK)
+
+
+def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_message_size=1 << 62,
+                   prop_crc: bool = False):
+    """One record as bytes (tests, tools), with the CRC property when `prop_crc`. Raises
+    ValueError for a message the store would refuse."""
+    rec = prepare_record(msg, max_message_size, prop_crc=prop_crc)
+    if isinstance(rec, PutMessageStatus):
+        raise ValueError(f"message refused: {rec.name}")
+    buf = bytearray(rec.size)
+    write_record(buf, 0, rec, queue_offset, phys_offset, store_timestamp)
+    return bytes(buf)
+
+
+def host_lengths(sys_flag: int) -> tuple[int, int]:
+    return (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8), (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return BORN_HOST_POS + host_lengths(sys_flag)[0]
+
+
+def _read_topic(buf, p: int, magic: int) -> tuple[str, int]:
+    """TOPICLENGTH (1 byte in v1, 2 in v2) and TOPIC at `p`; (topic, position after it)."""
+    if magic == MAGIC_V1:
+        n, p = buf[p], p + 1
+    else:
+        n, p = _I16.unpack_from(buf, p)[0], p + 2
+    return bytes(buf[p:p + n]).decode("utf-8"), p + n
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the dispatcher needs of one record to build the consume queue and the index."""
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str
+    uniq_key: str
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+class RecordCheck:
+    """Outcomes of `check_record` besides a DispatchRequest."""
+    BLANK = "blank"        # end-of-file filler: continue at the next segment
+    END = "end"            # zeros, a foreign magic or a torn tail: the log ends here
+    CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
+
+
+def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
+    """The record at `pos` (not reading past `limit`), read once with every check of
+    `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
+    record, `header` the fields as `_HEADERS` unpacks them, `properties` without the CRC
+    property; otherwise (RecordCheck.BLANK, END or CORRUPT, the size `check_record` gives,
+    None, 0, None, None). `check_crc` is a check mode of `core.record.crc_property` (False, True,
+    FORCED)."""
+    if limit - pos < 8:
+        return RecordCheck.END, 0, None, 0, None, None
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        if 8 <= total <= limit - pos:
+            return RecordCheck.BLANK, total, None, 0, None, None
+        return RecordCheck.END, 0, None, 0, None, None
+    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
+        return RecordCheck.END, 0, None, 0, None, None
+    try:
+        header = _HEADERS[host_lengths(_SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0])]
+        h = header.unpack_from(buf, pos)
+        body_at = pos + header.size
+        body_len = h[14]
+        if body_len < 0 or body_at + body_len > pos + total:
+            return RecordCheck.CORRUPT, total, None, 0, None, None
+        topic, p = _read_topic(buf, body_at + body_len, magic)
+        props_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len - pos != total:
+            return RecordCheck.CORRUPT, total, None, 0, None, None
+        if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)
+                          or not verify(buf, pos, total, check_crc,
+                                        lambda: crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF == h[2])):
+            return RecordCheck.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
+        props = string_to_properties(strip(bytes(buf[p:p + props_len])).decode("utf-8")) \
+            if props_len else {}
+    except (struct.error, UnicodeDecodeError, IndexError, KeyError):
+        return RecordCheck.CORRUPT, total, None, 0, None, None
+    return None, total, h, body_at, topic, props
+
+
+def check_record(buf, pos: int, limit: int, check_crc):
+    """Parse the record at `pos` (not reading past `limit`).
+
+    Returns (DispatchRequest, size) for a valid record, (RecordCheck.BLANK, size) for a blank,
+    (RecordCheck.END, 0) where no record starts, and (RecordCheck.CORRUPT, size) for a framed
+    record that fails its checks.
+    """
+    outcome, total, h, _, topic, props = parse_record(buf, pos, limit, check_crc)
+    if outcome is not None:
+        return outcome, total
+    store_ts = h[10]
+    tag_code = tags_code(props.get(PROPERTY_TAGS))
+    if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+        tag_code = _delivery_time(props[PROPERTY_DELAY], store_ts, tag_code)
+    return DispatchRequest(
+        topic, h[3], h[6], total, tag_code, store_ts, h[5],
+        props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), h[7], h[13]), total
+
+
+def _delivery_time(level: str, store_timestamp: int, tag_code: int) -> int:
+    """The tag code of a SCHEDULE_TOPIC record with DELAY `level`: its delivery time; `tag_code`
+    for a level that is not above 0 (or not a number)."""
+    try:
+        n = min(int(level), len(DELAY_LEVEL_MS))
+    except ValueError:
+        return tag_code
+    return store_timestamp + DELAY_LEVEL_MS[n - 1] if n > 0 else tag_code
+
+
+def schedule_tag_code(props_raw: bytes, store_timestamp: int, tag_code: int) -> int:
+    """The tag code of a SCHEDULE_TOPIC record from its PROPERTIES bytes (UTF-8) and store
+    time: its delivery time when it has a DELAY level, else `tag_code` (its TAGS hash)."""
+    level = string_to_properties(props_raw.decode("utf-8")).get(PROPERTY_DELAY)
+    return tag_code if level is None else _delivery_time(level, store_timestamp, tag_code)
+
+
+def read_i32(buf, pos: int) -> int:
+    return _I32.unpack_from(buf, pos)[0]
+
+
+def read_i64(buf, pos: int) -> int:
+    return _I64.unpack_from(buf, pos)[0]

@@ -1,0 +1,1 @@
+"""The ha process, RocketMQ's HA service: replication of the CommitLog (DESIGN.md section 10)."""

@@ -1,0 +1,1 @@
+"""The reader process: pulls, queries, consumer offsets and groups (docs/SERVICES.md, reader)."""
