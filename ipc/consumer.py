@@ -68,6 +68,7 @@ from ipc.local_offsets import load_offsets, save_offsets
 from ipc.rebalance import Rebalancer
 from ipc.protocol import ERROR, ErrorCode
 from ipc.pulls import RETRY_S, PullPipeline, QueueCursor
+from ipc.steps import Call, Wait, run
 
 log = logging.getLogger("mqstore.consumer")
 
@@ -147,11 +148,16 @@ class Consumer:
 
     # -- assignment ----------------------------------------------------------------------
     def _discover(self) -> None:
+        run(self._conn, self._discover_steps())
+
+    def _discover_steps(self):
+        """Learn the queues to read (steps, ipc/steps.py): a member's heartbeat, or the topic's
+        queue count, and the offsets of queues new to this consumer."""
         if self._group is not None:                  # a member: the reader assigns the queues
-            self._next_discover = self._group.beat()
+            self._next_discover = yield from self._group.beat_steps()
             return
         try:
-            count = self._conn.call("reader", "topic_info", topic=self.topic)["queues"]
+            count = (yield Call("reader", "topic_info", {"topic": self.topic}))["queues"]
         except MQError as e:
             if e.code != ErrorCode.NOT_FOUND:
                 raise
@@ -163,21 +169,21 @@ class Consumer:
                              f"(0..{count - 1})")
         new = [q for q in wanted if q not in self._states]
         if new:
-            self._add_queues(new)
+            yield from self._add_queue_steps(new)
         self._discovered = True
         self._next_discover = time.monotonic() + (DISCOVER_INTERVAL_S if count else RETRY_S)
 
-    def _add_queues(self, qids: list) -> None:
+    def _add_queue_steps(self, qids: list):
         conn, g, t = self._conn, self.group, self.topic
-        fetches = [conn.request("reader", "fetch_offset", {"group": g, "topic": t, "queue_id": q})
-                   for q in qids]
-        env, _ = conn.request("reader", "queue_offsets", {"topic": t}).result()
+        fetches = [] if self.broadcasting else [       # broadcasting: its own offsets
+            conn.request("reader", "fetch_offset", {"group": g, "topic": t, "queue_id": q}) for q in qids]
+        env, _ = yield conn.request("reader", "queue_offsets", {"topic": t})
         bounds = {}
         if env.get("status") != ERROR:
             bounds = {e["queue_id"]: (e["min_offset"], e["max_offset"]) for e in env.get("queues", ())}
-        for q, fut in zip(qids, fetches):
-            committed = raise_for_error(fut.result()[0], "fetch_offset").get("offset", -1) \
-                if not self.broadcasting else self._local.get(q, -1)   # broadcasting: its own
+        for i, q in enumerate(qids):
+            committed = raise_for_error((yield fetches[i])[0], "fetch_offset").get("offset", -1) \
+                if fetches else self._local.get(q, -1)
             lo, hi = bounds.get(q, (0, 0))
             newer = self.start == "earliest" or self._discovered    # appeared after the start
             offset = committed if committed >= 0 else (lo if newer else hi)
@@ -190,7 +196,7 @@ class Consumer:
         let go after their commit) instead of at the next interval; the assignment."""
         self._check_open()
         if self._group is not None:
-            self._next_discover = self._group.beat()
+            self._next_discover = run(self._conn, self._group.beat_steps())
         return self.assignment()
 
     def assignment(self) -> list:
@@ -230,6 +236,9 @@ class Consumer:
         """Messages that arrived, waiting up to `timeout_ms` (>= 0; 0: only what is here
         already) for the first; [] at timeout. At most `max_records` (>= 1; None: no limit)."""
         self._check_open()
+        return run(self._conn, self._poll_steps(timeout_ms, max_records))
+
+    def _poll_steps(self, timeout_ms, max_records):
         timeout_ms = check_wait_ms(timeout_ms)
         if max_records is not None:
             max_records = check_int(max_records, "max_records", 1)
@@ -240,7 +249,7 @@ class Consumer:
                 pulls.process()
             now = time.monotonic()
             if now >= self._next_discover:
-                self._discover()
+                yield from self._discover_steps()
             if self.auto_commit and now - self._last_commit >= self.auto_commit_interval:
                 self._commit_async()
             pulls.issue(self._order, now)      # before returning: the reader works meanwhile
@@ -255,7 +264,7 @@ class Consumer:
             retry = min((st.retry_at for st in self._order if st.retry_at > now), default=None)
             if retry is not None:
                 remaining = min(remaining, retry - now)
-            self._conn.wait(pulls.has_arrivals, min(remaining, self._next_discover - now))
+            yield Wait(pulls.has_arrivals, max(0.0, min(remaining, self._next_discover - now)))
             if time.monotonic() >= deadline and not pulls.arrivals:
                 return []
         return []
@@ -326,7 +335,7 @@ class Consumer:
 
     def _committed(self, st: QueueCursor, pos: int, fut) -> None:
         try:
-            raise_for_error(fut.result(0)[0], "commit_offset")
+            raise_for_error(fut.result()[0], "commit_offset")
             st.committed = pos
         except Exception as e:
             self.last_error = f"commit of queue {st.queue_id}: {e}"
@@ -335,11 +344,11 @@ class Consumer:
     def commit(self) -> dict:
         """Store every queue's position for the group now and wait; queue id -> offset."""
         self._check_open()
-        return self._commit_now()
+        return run(self._conn, self._commit_steps())
 
-    def _commit_now(self, cursors=None) -> dict:
+    def _commit_steps(self, cursors=None):
         for st, pos, fut in self._commit_requests(cursors):
-            raise_for_error(fut.result()[0], "commit_offset")
+            raise_for_error((yield fut)[0], "commit_offset")
             st.committed = pos
         return self.committed()
 
@@ -365,6 +374,9 @@ class Consumer:
         the epoch, >= 0; a float such as time.time() * 1000 is taken as its int part); queue id
         -> offset."""
         self._check_open()
+        return run(self._conn, self._seek_time_steps(timestamp_ms))
+
+    def _seek_time_steps(self, timestamp_ms):
         if timestamp_ms.__class__ is float and math.isfinite(timestamp_ms):
             timestamp_ms = int(timestamp_ms)           # time.time() * 1000, as callers write it
         timestamp_ms = check_int(timestamp_ms, "timestamp_ms")
@@ -372,18 +384,19 @@ class Consumer:
             "topic": self.topic, "queue_id": st.queue_id, "timestamp": timestamp_ms}))
             for st in self._order]
         for st, fut in futs:
-            self.seek(st.queue_id, raise_for_error(fut.result()[0], "offset_by_time")["offset"])
+            self.seek(st.queue_id, raise_for_error((yield fut)[0], "offset_by_time")["offset"])
         return self.positions()
 
     def seek_to_beginning(self) -> dict:
-        return self._seek_bounds("min_offset")
+        self._check_open()
+        return run(self._conn, self._seek_bounds_steps("min_offset"))
 
     def seek_to_end(self) -> dict:
-        return self._seek_bounds("max_offset")
-
-    def _seek_bounds(self, key: str) -> dict:
         self._check_open()
-        env = self._conn.call("reader", "queue_offsets", topic=self.topic)
+        return run(self._conn, self._seek_bounds_steps("max_offset"))
+
+    def _seek_bounds_steps(self, key: str):
+        env = yield Call("reader", "queue_offsets", {"topic": self.topic})
         bounds = {e["queue_id"]: e[key] for e in env.get("queues", ())}
         for st in self._order:
             self.seek(st.queue_id, bounds.get(st.queue_id, 0))
@@ -392,18 +405,20 @@ class Consumer:
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         """Commit positions (with auto commit) and close the connection if it is ours."""
-        if self._closed:
-            return
-        self._closed = True
+        if not self._closed:
+            self._closed = True
+            run(self._conn, self._close_steps())
+
+    def _close_steps(self):
         try:
             if self.auto_commit and self._order and not self._conn.closed:
                 self._pulls.process()
-                self._commit_now()
+                yield from self._commit_steps()
         except Exception as e:
             log.warning("final commit of %s/%s failed: %s", self.group, self.topic, e)
         finally:
             if self._group is not None and not self._conn.closed:
-                self._group.leave()                  # the others take its queues at once
+                yield from self._group.leave_steps()     # the others take its queues at once
             if self._own:
                 self._conn.close()
 

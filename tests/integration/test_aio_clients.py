@@ -157,3 +157,31 @@ def test_broadcasting_and_async_for(store):
         async with aio.Admin(store.address) as admin:
             assert await admin.fetch_offset("g-aio-b", "aio-b", 0) == -1
     run(main())
+
+
+def test_seeks_and_rebalance_are_awaited(store):
+    """The asyncio consumer's seeks run the blocking consumer's steps awaited (they called the
+    blocking connection's `call` on an AsyncConnection before, and failed)."""
+    async def main():
+        async with aio.Admin(store.address) as admin:
+            await admin.create_topic("aio-seek", 2)
+        async with aio.Producer(store.address) as p:
+            for i in range(10):
+                assert (await p.send("aio-seek", b"s%d" % i, queue_id=i % 2)).ok
+        async with aio.Consumer(store.address, "g-aio-seek", "aio-seek", queues=[0, 1]) as c:
+            assert len(await read_from(c, 10)) == 10          # all 10 dispatched now
+            assert await c.seek_to_beginning() == {0: 0, 1: 0}
+            assert len(await read_from(c, 10)) == 10
+            assert await c.seek_to_end() == {0: 5, 1: 5}
+            assert await c.poll(100) == []
+            assert await c.seek_to_timestamp(0) == {0: 0, 1: 0}
+            assert await c.seek_to_end() == {0: 5, 1: 5}
+            assert await c.rebalance() == [0, 1]
+            assert await c.commit() == {0: 5, 1: 5}
+
+    async def read_from(c, n):
+        out, deadline = [], time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            out += await c.poll(200)
+        return out
+    run(main())
