@@ -51,8 +51,8 @@ from core.delay.put import delay_rules, delayed_put
 from core.record.encode import encode_record
 from core.log.commitlog import CommitLog, append_status_to_put
 from core.files.fileops import PAGE_SIZE, REAL_FILE_OPS
-from core.status import AppendMessageStatus, PutMessageStatus
-from core.put_refusal import refusal_reason
+from core.record import refusal as why
+from core.status import AppendMessageStatus, PutMessageStatus, take_reason
 from core.meta.topics import TopicTable
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
@@ -352,14 +352,13 @@ class Appender(ServiceLoop):
         if env.get("coalesce") is True:
             self.outbox.asked(self._identity)
         rid = env.get("rid", 0)
-        try:
-            first = self._frames[1] if len(self._frames) > 1 else None
-            req = parse(env, frames, self.peers.of(self._identity, first), time.time_ns() // 1_000_000,
-                        self.max_size)
-        except IllegalMessage as e:           # a put status, after the store's own refusals
+        first = self._frames[1] if len(self._frames) > 1 else None
+        req = parse(env, frames, self.peers.of(self._identity, first), time.time_ns() // 1_000_000,
+                    self.max_size)
+        if req.__class__ is IllegalMessage:   # a put status, after the store's own refusals
             if self._refusing():
                 return [pack({"rid": rid, "status": NOT_AVAILABLE})]
-            return [pack({"rid": rid, "status": ILLEGAL, "code": int(e.code), "reason": e.reason})]
+            return [pack({"rid": rid, "status": ILLEGAL, "code": int(req.code), "reason": req.reason})]
         if self._refusing():
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         try:
@@ -368,12 +367,11 @@ class Appender(ServiceLoop):
             log.error("cannot create topic %s: %s", req.topic, e)
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         if batch and req.body_bytes > self.max_size:        # a batch is one unit of at most this
-            return [pack({"rid": rid, "status": ILLEGAL, "reason": f"a batch is one unit: its "
-                          f"{req.body_bytes} bytes of bodies are over max_message_size {self.max_size}"})]
+            return [pack({"rid": rid, "status": ILLEGAL,
+                          "reason": why.batch_too_large(req.body_bytes, self.max_size)})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
-            reason = refusal_reason(req.messages, recs, self.max_size, batch, req.bodies, req.uniq_keys)
-            return [pack({"rid": rid, "status": recs.value, "reason": reason})]
+            return [pack({"rid": rid, "status": recs.value, "reason": take_reason()})]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             fields = {"rid": rid, "status": append_status_to_put(result.status).value}
