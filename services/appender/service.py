@@ -11,7 +11,7 @@ then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_
 that the flusher starts on the first requests while the rest are appended; under ASYNC_FLUSH
 as soon as one client has EARLY_REPLIES requests in the round, so that a producer with a
 window in flight sends again meanwhile. Under SYNC_FLUSH the replies
-of `wait` puts are parked (services/append_waiters) and the flusher is woken through the `flush`
+of `wait` puts are parked (services/appender/waiters.py) and the flusher is woken through the `flush`
 FIFO (ipc/wakeup.py); they are answered when the FLUSHED word passes their records, read when
 the flusher's `flushed` FIFO wakes the appender and at every poll interval while replies are
 parked (which catches a lost wakeup), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at
@@ -35,7 +35,7 @@ and sent together (services/append_outbox).
 
 Every second it emits a `stats` event: `puts` and `bytes` ({topic: n}) stored since the last
 event, and `latency` ({status: {bucket_ms: count}}) of the put requests answered since then
-(services/append_waiters.PutStats says how buckets count).
+(services/histogram.PutStats says how buckets count).
 """
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ from services.appender.request import (IllegalMessage, MsgIdArray, PeerHosts, pa
                                      parse_put_batch)
 from services.appender.replica import ReplicaWait
 from services.appender.topics import create_new_topics, register_topic_ops, reload_topics
-from services.appender.waiters import FlushWaiters, Parked, PutStats
+from services.appender.waiters import FlushWaiters, Parked
+from services.histogram import PutStats
 from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.appender")

@@ -1,4 +1,4 @@
-"""core.heap: freed frames stay in the process, so the next one takes no page faults."""
+"""services.heap: freed frames stay in the process, so the next one takes no page faults."""
 import os
 import subprocess
 import sys
@@ -12,7 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _PROBE = """
 import resource, sys
 sys.path.insert(0, {repo!r})
-from core.heap import keep_freed_heap
+from services.heap import keep_freed_heap
 if {tune}:
     assert keep_freed_heap()
 def frame():                    # four frames in flight, as a pipelined consumer holds
@@ -48,6 +48,6 @@ def test_a_users_own_glibc_setting_is_left_alone():
 
 
 def test_calling_twice_is_harmless():
-    from core.heap import keep_freed_heap
+    from services.heap import keep_freed_heap
     assert keep_freed_heap() in (True, False)
     assert keep_freed_heap() is True
