@@ -356,17 +356,19 @@ class MessageStore:
             return PutMessageResult(S.OS_PAGECACHE_BUSY)
         result = commitlog.append_batch(recs)
         if result[0] is not _APPENDED:                     # .status
-            return self._append_failed(result)
+            return self._append_failed(result, True)
         if self.reput_service.idle:
             self.reput_service.wakeup()
         if self._sync_flush and first.wait_store_msg_ok:
             return self._wait_flush(result)
         return new_result(PutMessageResult, (self._acked if first.wait_store_msg_ok else _PUT_OK, result, ""))
 
-    def _append_failed(self, result) -> PutMessageResult:
+    def _append_failed(self, result, batch: bool = False) -> PutMessageResult:
         if result.status is AppendMessageStatus.UNKNOWN_ERROR:
             self._note_create_failure()
-        return PutMessageResult(append_status_to_put(result.status), result)
+        reason = why.over_segment(batch, self.commitlog.file_size) \
+            if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED else ""
+        return PutMessageResult(append_status_to_put(result.status), result, reason)
 
     def _wait_flush(self, result) -> PutMessageResult:
         """SYNC_FLUSH: answer once the flushed position passes the record (group commit)."""

@@ -27,6 +27,13 @@ def batch_too_large(size: int, max_message_size: int) -> str:
     return f"a batch is one unit: its {size} bytes of bodies are over max_message_size {max_message_size}"
 
 
+def over_segment(batch: bool, file_size: int) -> str:
+    """The reason beside MESSAGE_SIZE_EXCEEDED (a put status MESSAGE_ILLEGAL): the CommitLog's
+    check that a record, or a batch as one unit, fits in one segment."""
+    return (f"{'the batch' if batch else 'the record'} would not fit in a CommitLog segment of "
+            f"{file_size} bytes (mapped_file_size_commitlog)")
+
+
 def body_too_large(size: int, max_message_size: int) -> str:
     return f"the body is {size} bytes, over max_message_size {max_message_size}"
 

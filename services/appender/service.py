@@ -377,9 +377,7 @@ class Appender(ServiceLoop):
         if result.status is not AppendMessageStatus.PUT_OK:
             fields = {"rid": rid, "status": append_status_to_put(result.status).value}
             if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
-                fields["reason"] = (f"{'the batch' if batch else 'the record'} would not fit in a "
-                                    f"CommitLog segment of {self.commitlog.file_size} bytes "
-                                    "(mapped_file_size_commitlog)")
+                fields["reason"] = why.over_segment(batch, self.commitlog.file_size)
             return [pack(fields)]
         self.last_store_ts = result.store_timestamp
         self.stats.stored(req.topic, req.count, req.body_bytes)

@@ -60,3 +60,13 @@ def test_the_embedded_stores_result_carries_the_reason(open_store, tiny_config):
     assert "delay level (property DELAY) must be an integer" in r.reason
     assert store.put_message(Message("T", b"fine")).reason == ""
     assert take_reason() == ""                   # taken once, by the store
+
+
+def test_a_record_or_batch_over_a_segment_says_so(open_store, tiny_config):
+    store = open_store(tiny_config())           # 16 KiB segments, max_message_size 4 MiB
+    size = store.commitlog.file_size
+    r = store.put_message(Message("T", b"x" * size))
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert r.reason == f"the record would not fit in a CommitLog segment of {size} bytes (mapped_file_size_commitlog)"
+    r = store.put_messages([Message("T", b"b" * 4000) for _ in range(5)])
+    assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and r.reason.startswith("the batch would not fit")
