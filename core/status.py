@@ -4,10 +4,17 @@ Statuses travel on the hot path instead of exceptions (STYLE.md): a caller alway
 one of these, never a raised error, for anything a client could cause. The status enums
 are `StrEnum`s: a member is its RocketMQ name (`status == "PUT_OK"`, `str(status)`), as the
 wire protocol and the CLI print it, and still compares by identity.
+
+A refused put also says why: the check that refuses it names the message and the rule
+(`refuse`), and the result that answers the put carries that reason beside the status
+(`PutMessageResult.reason`, the `reason` of the appender's reply). The encoders answer with
+the bare status, which their callers test with one `is`; the reason waits, for the thread
+that asked, until the caller takes it (`take_reason`), right after the refusal.
 """
 from __future__ import annotations
 
 import enum
+import threading
 from collections import namedtuple
 from dataclasses import dataclass, field
 
@@ -33,6 +40,23 @@ class PutMessageStatus(enum.StrEnum):
     @property
     def ok(self) -> bool:
         return self is PutMessageStatus.PUT_OK
+
+
+_REFUSAL = threading.local()     # .reason: the reason of this thread's last refusal
+
+
+def refuse(status: PutMessageStatus, reason: str) -> PutMessageStatus:
+    """`status`, with `reason` (which message, which rule) kept for `take_reason`: a check
+    that refuses a put returns `refuse(status, why)` where it found what is wrong."""
+    _REFUSAL.reason = reason
+    return status
+
+
+def take_reason() -> str:
+    """The reason of the refusal this thread was just answered with ("" if none), once."""
+    reason = getattr(_REFUSAL, "reason", "")
+    _REFUSAL.reason = ""
+    return reason
 
 
 class AppendMessageStatus(enum.StrEnum):
@@ -109,8 +133,10 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
         return ",".join(self.msg_ids)
 
 
-class PutMessageResult(namedtuple("PutMessageResult", ("status", "append_result"), defaults=(None,))):
-    """A put's answer: its status and, once appended, the AppendMessageResult."""
+class PutMessageResult(namedtuple("PutMessageResult", ("status", "append_result", "reason"),
+                                  defaults=(None, ""))):
+    """A put's answer: its status, once appended the AppendMessageResult, and when refused
+    the reason (which message breaks which rule)."""
     __slots__ = ()
 
     @property
@@ -119,7 +145,7 @@ class PutMessageResult(namedtuple("PutMessageResult", ("status", "append_result"
 
 
 # The results as the put path makes them: `new_result(AppendMessageResult, (all eight
-# fields))`, `new_result(PutMessageResult, (status, append_result))`, without a Python call.
+# fields))`, `new_result(PutMessageResult, (status, append_result, ""))`, without a Python call.
 new_result = tuple.__new__
 
 

@@ -18,6 +18,7 @@ import time
 from operator import attrgetter, itemgetter
 
 from core.log.checkpoint import StoreCheckpoint
+from core.record import refusal as why
 from core.record.batch_encode import prepare_batch_records, prepare_each
 from core.log.commitlog import CommitLog, append_status_to_put
 from core.config import ConfigError, StoreConfig
@@ -33,7 +34,7 @@ from core.record.message import PROPERTY_UNIQ_KEY, Message
 from core.read.store_reader import StoreReader
 from core.log.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
-from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus, new_result
+from core.status import AppendMessageStatus, PutMessageResult, PutMessageStatus, new_result, take_reason
 from core.files.store_files import AbortFile, StoreLock
 from core.meta.topics import topic_name_problem
 from core.files.transient_pool import TransientStorePool
@@ -309,17 +310,17 @@ class MessageStore:
         if msg.properties:
             msg = delayed_put(msg, self._delay_rules)         # DELAY or a timer: core.delay.put
             if msg.__class__ is PutMessageStatus:
-                return PutMessageResult(msg)
+                return PutMessageResult(msg, None, take_reason())
         result = self.commitlog.append_message(msg)
         if result.__class__ is PutMessageStatus:            # refused before the append
-            return PutMessageResult(result)
+            return PutMessageResult(result, None, take_reason())
         if result[0] is not _APPENDED:                     # .status
             return self._append_failed(result)
         if self.reput_service.idle:
             self.reput_service.wakeup()                    # the first put after a quiet second
         if self._sync_flush and msg.wait_store_msg_ok:
             return self._wait_flush(result)
-        return new_result(PutMessageResult, (self._acked if msg.wait_store_msg_ok else _PUT_OK, result))
+        return new_result(PutMessageResult, (self._acked if msg.wait_store_msg_ok else _PUT_OK, result, ""))
 
     def put_messages(self, msgs) -> PutMessageResult:
         """Append a batch (one topic and queue) as one unit: all of it or none."""
@@ -328,23 +329,24 @@ class MessageStore:
             if status is not None:
                 return PutMessageResult(status)
         if not msgs:
-            return PutMessageResult(S.MESSAGE_ILLEGAL)
+            return PutMessageResult(S.MESSAGE_ILLEGAL, None, "a batch of no messages")
         first = msgs[0]
         bodies = list(map(_BODY, msgs))
         max_size = self.commitlog.max_message_size        # the limit in force (see `config`)
         if _bodies_size(bodies) > max_size:
-            return PutMessageResult(S.MESSAGE_ILLEGAL)
+            return PutMessageResult(S.MESSAGE_ILLEGAL, None,
+                                    why.batch_too_large(_bodies_size(bodies), max_size))
         shared = _batch_template(msgs)
         if shared is not None:
             recs = prepare_batch_records(shared[0], bodies, max_size,
                                          self.commitlog.store_host_bytes, shared[1],
                                          prop_crc=self.commitlog.prop_crc)
         elif any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
-            return PutMessageResult(S.MESSAGE_ILLEGAL)
+            return PutMessageResult(S.MESSAGE_ILLEGAL, None, "a batch's messages share one topic and queue")
         else:
             recs = prepare_each(msgs, max_size, self.commitlog.store_host_bytes, self.commitlog.prop_crc)
         if recs.__class__ is PutMessageStatus:
-            return PutMessageResult(recs)
+            return PutMessageResult(recs, None, take_reason())
         return self._append(recs, first)
 
     def _append(self, recs, first) -> PutMessageResult:
@@ -354,17 +356,19 @@ class MessageStore:
             return PutMessageResult(S.OS_PAGECACHE_BUSY)
         result = commitlog.append_batch(recs)
         if result[0] is not _APPENDED:                     # .status
-            return self._append_failed(result)
+            return self._append_failed(result, True)
         if self.reput_service.idle:
             self.reput_service.wakeup()
         if self._sync_flush and first.wait_store_msg_ok:
             return self._wait_flush(result)
-        return new_result(PutMessageResult, (self._acked if first.wait_store_msg_ok else _PUT_OK, result))
+        return new_result(PutMessageResult, (self._acked if first.wait_store_msg_ok else _PUT_OK, result, ""))
 
-    def _append_failed(self, result) -> PutMessageResult:
+    def _append_failed(self, result, batch: bool = False) -> PutMessageResult:
         if result.status is AppendMessageStatus.UNKNOWN_ERROR:
             self._note_create_failure()
-        return PutMessageResult(append_status_to_put(result.status), result)
+        reason = why.over_segment(batch, self.commitlog.file_size) \
+            if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED else ""
+        return PutMessageResult(append_status_to_put(result.status), result, reason)
 
     def _wait_flush(self, result) -> PutMessageResult:
         """SYNC_FLUSH: answer once the flushed position passes the record (group commit)."""

@@ -43,7 +43,6 @@ import time
 
 import zmq
 
-from core.heap import keep_freed_heap
 from ipc.client_background import QUIET_S, BackgroundLeader
 from ipc.client_common import (  # noqa: F401  (re-exported: the client's names live here too)
     DEFAULT_STORE, ConnectionClosed, ConnectionLost, MQError, PeerUnreachable, ReplyFuture,
@@ -81,7 +80,6 @@ class Connection:
         self.timeout = float(timeout)
         self.window = int(window)
         self.info: dict = {}
-        keep_freed_heap()                      # pull and batch frames reuse the heap
         self._ctx = context or zmq.Context.instance()
         self._sock_lock = threading.Lock()
         self._cv = threading.Condition()

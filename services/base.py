@@ -19,13 +19,13 @@ import time
 import zmq
 
 from core.config import StoreConfig
-from core.heap import keep_freed_heap
 from ipc.access import AccessGuard
 from ipc.control_block import ControlBlock, ServiceState, Slot, read_control_name
 from ipc.curve import CurveKeys, ServerSecurity
 from ipc.keyring import KeyDirectory
 from ipc.protocol import pack
 from ipc.sockets import ipc_endpoint, make_socket
+from services.heap import keep_freed_heap
 
 log = logging.getLogger("mqstore.service")
 

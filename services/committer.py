@@ -28,7 +28,7 @@ from ipc.control_block import Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from services.transient_pool import SharedPool
-from services.appender.waiters import Histogram
+from services.histogram import Histogram
 from services.base import ServiceLoop, run_service
 from services.segment_cache import SegmentCache
 

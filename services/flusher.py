@@ -24,7 +24,7 @@ at most every CHECKPOINT_INTERVAL_S (each write is an fdatasync of its own, kept
 commit's path), and at drain. A stale checkpoint only makes a recovery scan more.
 
 Every second with flushes done it emits a `stats` event with `flush_latency` (the time of each
-fdatasync, services/append_waiters.Histogram).
+fdatasync, services/histogram.Histogram).
 
 A failed flush (OSError) is never retried: FLUSH_FAILED = 1, FLUSHED stays, the process exits
 with code 3 and the supervisor runs the abnormal recovery.
@@ -42,7 +42,7 @@ from core.files.least_pages import LeastPages
 from ipc.control_block import ServiceState, Word
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from ipc.wakeup import Wakeup
-from services.appender.waiters import Histogram
+from services.histogram import Histogram
 from services.base import ServiceLoop, run_service
 from services.segment_cache import SegmentCache
 

@@ -39,7 +39,7 @@ from core.status import PutMessageStatus
 from ipc.control_block import Word
 from ipc.protocol import ErrorCode, pack, unpack
 from ipc.sockets import make_socket
-from services.appender.waiters import BUCKETS_MS, SUM_KEY
+from services.histogram import BUCKETS_MS, SUM_KEY
 from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.scheduler")
@@ -74,7 +74,7 @@ def wire_put(msgs: list, rid: int) -> list:
 
 
 def lag_histogram(lags: list) -> dict:
-    """Lags in ms as a latency map (services/append_waiters's buckets, `sum_ms`)."""
+    """Lags in ms as a latency map (services/histogram's buckets, `sum_ms`)."""
     out: dict = {}
     for lag in lags:
         bucket = next((b for b in BUCKETS_MS if lag <= b), "inf")

@@ -39,6 +39,16 @@ class UsageError(Exception):
     """A command cannot run as asked; `main` prints the reason and exits 2."""
 
 
+class SupervisorError(RuntimeError):
+    """The store cannot start; the message says why and what to do. `exit_code` 2 marks a
+    usage error (a port in use, the store locked), 1 anything else (`mqstore start` exits
+    with it)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def command_modules() -> list:
     """The command modules of the registry (`supervisor/cmd_*.py`), by name."""
     import supervisor

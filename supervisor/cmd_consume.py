@@ -41,10 +41,8 @@ from ipc.consumer import Consumer
 from ipc.received import message_to_dict
 from supervisor.cli import UsageError
 from supervisor.printable import printable, printable_body
-from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
-    locate,
-)
+from supervisor.option_checks import check_name, check_queue_range, check_timeout
+from supervisor.store_access import NotRunning, add_store_arguments, check_queue_ids, locate
 
 POLL_MS = 500
 

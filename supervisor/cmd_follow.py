@@ -18,7 +18,7 @@ import argparse
 from core.config import ConfigError, StoreConfig
 from supervisor import role_request
 from supervisor.cli import UsageError
-from supervisor.cmd_status import add_store_arguments
+from supervisor.store_access import add_store_arguments
 
 
 def add_parser(subparsers):

@@ -45,10 +45,8 @@ from core.meta.topics import send_topic_problem
 from ipc.connection import MQError
 from ipc.producer import Producer
 from supervisor.cli import UsageError
-from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, check_name, check_queue_ids, check_queue_range, check_timeout,
-    locate,
-)
+from supervisor.option_checks import check_name, check_queue_range, check_timeout
+from supervisor.store_access import NotRunning, add_store_arguments, check_queue_ids, locate
 
 AUTO_BACKLOG = 1 << 16          # messages awaiting their result under auto-batching
 

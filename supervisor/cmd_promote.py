@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from supervisor import role_request
-from supervisor.cmd_status import add_store_arguments
+from supervisor.store_access import add_store_arguments
 
 
 def add_parser(subparsers):

@@ -28,7 +28,8 @@ from ipc.connection import MQError
 from ipc.received import host_text, message_to_dict
 from supervisor.cli import UsageError
 from supervisor.printable import printable, printable_body
-from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
+from supervisor.option_checks import check_name
+from supervisor.store_access import NotRunning, add_store_arguments, locate
 
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 

@@ -62,7 +62,7 @@ def run(args) -> int:
     finally:
         bar.close()
     print(describe(report, abnormal))
-    from supervisor.runtime import clear_run   # what a dead supervisor left: `status` named it
+    from supervisor.run_dir import clear_run   # what a dead supervisor left: `status` named it
     clear_run(cfg)
     bar = ProgressBar("checking")
     try:

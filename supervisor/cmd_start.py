@@ -131,7 +131,8 @@ def run(args) -> int:
         print(f"mqstore start: --metrics-port {args.metrics_port}: must be between 0 and 65535",
               file=sys.stderr)
         return EXIT_USAGE
-    from supervisor.runtime import SupervisorError, check_host, check_ports
+    from supervisor.cli import SupervisorError
+    from supervisor.ports import check_host, check_ports
     try:                                        # before anything is written in the store
         check_host(args.host)
         check_ports(args.host, config.listen_port, ha_port(args, config))

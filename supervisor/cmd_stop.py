@@ -18,9 +18,9 @@ import time
 
 import psutil
 
-from supervisor.cmd_status import (
-    NotRunning, add_store_arguments, call_front, check_timeout, locate, pid_alive, read_pid,
-    require_store_dir, store_root,
+from supervisor.option_checks import check_timeout
+from supervisor.store_access import (
+    NotRunning, add_store_arguments, call_front, locate, pid_alive, read_pid, require_store_dir, store_root,
 )
 
 DEFAULT_TIMEOUT_S = 120.0

@@ -25,7 +25,8 @@ from core.meta.topics import MAX_QUEUES, is_system_topic, queue_count_problem
 from ipc.admin import Admin
 from ipc.connection import MQError
 from supervisor.cli import UsageError
-from supervisor.cmd_status import NotRunning, add_store_arguments, check_name, locate
+from supervisor.option_checks import check_name
+from supervisor.store_access import NotRunning, add_store_arguments, locate
 
 
 def add_parser(subparsers):

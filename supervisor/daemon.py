@@ -4,7 +4,7 @@ Start: take the store lock for the supervisor's lifetime (and write run/supervis
 that the ports are free, kill service processes a dead supervisor left behind, recover with
 `core.MessageStore.load()` (normal, or abnormal when `abort` exists; progress goes to the
 `progress` callable), prepare `run/` and the control block from the recovered store
-(`supervisor.runtime.prepare_run`; unless `store_host_configured`, the run's config, which
+(`supervisor.run_dir.prepare_run`; unless `store_host_configured`, the run's config, which
 becomes `Supervisor.config`, stamps records with the store's own address and port), shut
 that MessageStore down, bind the front door (ROUTER, tcp) and the events socket (PULL, ipc),
 create the abort file, start the services (spawned together, waited for in order until each
@@ -57,10 +57,11 @@ from supervisor.recovery_cycle import RecoveryCycle, recover_store
 from supervisor.replication import Replication
 from supervisor.restart_policy import RestartPolicy
 from supervisor.retention import Retention
-from supervisor.runtime import (
-    STOP_GRACE_S, STOP_ORDER, SupervisorError, check_ports, clear_run, kill_leftovers,
-    prepare_run, raise_fd_limit, write_address, write_final_checkpoint, write_pid_file,
-)
+from supervisor.cli import SupervisorError
+from supervisor.control_seed import write_final_checkpoint
+from supervisor.ports import check_ports
+from supervisor.run_dir import clear_run, prepare_run, write_address, write_pid_file
+from supervisor.spawn import STOP_GRACE_S, STOP_ORDER, kill_leftovers, raise_fd_limit
 
 log = logging.getLogger("mqstore.supervisor")
 

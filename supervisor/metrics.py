@@ -18,9 +18,9 @@ by prometheus-client's HTTP server on its own thread. It keeps:
 
 A latency map's keys are bucket upper bounds in milliseconds (a key that is not a number,
 such as "inf", is the overflow bucket) and its values counts in that bucket alone; its key
-"sum_ms" (services/append_waiters.SUM_KEY), or for puts the status's entry in
+"sum_ms" (services/histogram.SUM_KEY), or for puts the status's entry in
 `latency_sum_ms`, is the sum of the latencies in ms. Every histogram series exposes every
-bound of services/append_waiters.BUCKETS_MS (and any other bound an event named), cumulative
+bound of services/histogram.BUCKETS_MS (and any other bound an event named), cumulative
 and in seconds, with `_count` (the +Inf bucket) and `_sum` in seconds.
 
 The HTTP thread only reads a snapshot taken under a lock; the supervisor's loop writes it.
@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from ipc.control_block import ServiceState
-from services.appender.waiters import BUCKETS_MS, SUM_KEY
+from services.histogram import BUCKETS_MS, SUM_KEY
 from supervisor import status_report
 from supervisor.delayed_report import delayed_families
 

@@ -19,7 +19,8 @@ import subprocess
 import psutil
 
 from ipc.control_block import ControlBlock, ServiceState, Slot, now_ms
-from supervisor.runtime import mark_started, remove_service_pid, spawn_service, write_service_pid
+from supervisor.run_dir import remove_service_pid, write_service_pid
+from supervisor.spawn import mark_started, spawn_service
 
 
 class ServiceProcess:

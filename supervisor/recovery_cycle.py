@@ -16,7 +16,8 @@ import threading
 
 from core.store import MessageStore
 from ipc.control_block import ServiceState, Word
-from supervisor.runtime import STOP_ORDER, reseed_control_block
+from supervisor.control_seed import reseed_control_block
+from supervisor.spawn import STOP_ORDER
 
 log = logging.getLogger("mqstore.supervisor.recovery")
 

@@ -24,7 +24,9 @@ import logging
 from core.log.recovery import truncate_diverged
 from core.store import MessageStore
 from ipc.control_block import Word
-from supervisor.runtime import STOP_ORDER, clear_replication_words, reseed_control_block, write_run_config
+from supervisor.control_seed import clear_replication_words, reseed_control_block
+from supervisor.run_dir import write_run_config
+from supervisor.spawn import STOP_ORDER
 
 log = logging.getLogger("mqstore.supervisor.replication")
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from supervisor.cmd_status import NotRunning, ask_front, call_front, check_timeout, locate, require_store_dir
+from supervisor.option_checks import check_timeout
+from supervisor.store_access import NotRunning, ask_front, call_front, locate, require_store_dir
 
 DEFAULT_TIMEOUT_S = 60.0
 

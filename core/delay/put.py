@@ -33,7 +33,7 @@ import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.record.message import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED, Message
-from core.status import PutMessageStatus
+from core.status import PutMessageStatus, refuse
 
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
@@ -85,7 +85,8 @@ def delayed_put(msg, rules: tuple):
     deliver = timer_deliver_ms(props, now) if now else None
     if deliver is not None:
         if deliver < 0 or deliver - now > timer_max_ms:
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, "a timer (TIMER_DELIVER_MS, TIMER_DELAY_SEC, "
+                          "TIMER_DELAY_MS) must be an integer and at most timer_max_delay_sec ahead")
         if deliver <= now:
             return msg
         return _addressed(msg, TIMER_TOPIC, 0, {PROPERTY_TIMER_OUT_MS: str(deliver)})
@@ -93,7 +94,7 @@ def delayed_put(msg, rules: tuple):
         return msg
     level = level_of(props[PROPERTY_DELAY])
     if level is None:
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, "a delay level (property DELAY) must be an integer")
     if level <= 0:
         return msg
     level = min(level, len(levels_ms))

@@ -32,7 +32,7 @@ from core.record.message import (
     SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET, host_to_bytes,
 )
 from core.files.prefault import NEVER, PrefaultAhead
-from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result
+from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result, refuse
 from core.files.transient_pool import TransientStorePool
 
 _HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
@@ -159,7 +159,8 @@ class CommitLog:
         if rec.__class__ is PutMessageStatus:
             return rec
         if self.begin_time_in_lock and self.is_os_page_cache_busy():
-            return PutMessageStatus.OS_PAGECACHE_BUSY
+            return refuse(PutMessageStatus.OS_PAGECACHE_BUSY,
+                          "the CommitLog is busy (os_page_cache_busy_timeout_ms)")
         return self.append_encoded(*rec)
 
     def append_encoded(self, data: bytes, topic: str, queue_id: int, sys_flag: int) -> AppendMessageResult:

@@ -40,7 +40,8 @@ from core.record.crc import crc32, crc32_for_size
 from core.record.key_block import KeyBlock, block_problem, key_list
 from core.record.crc_property import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
 from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
-from core.status import PutMessageStatus
+from core.record import refusal as why
+from core.status import PutMessageStatus, refuse, take_reason
 
 _U8 = np.uint8
 
@@ -177,7 +178,7 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
     RocketMQ, a batch takes no delay level and no transaction (MESSAGE_ILLEGAL). `uniq_keys`
     is a list of strings or a `core.record.key_block.KeyBlock`."""
     if has_delay_level(msg.properties):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(0, why.BATCH_DELAY))
     recs = prepare_columns(msg, bodies, max_message_size, store_host_bytes, uniq_keys, block, sizes,
                            prop_crc)
     if recs is None:
@@ -185,7 +186,7 @@ def prepare_batch_records(msg, bodies: list, max_message_size: int,
                              prop_crc)
     if recs.__class__ is not PutMessageStatus and \
             (recs.first if recs.__class__ is PreparedBatch else recs[0]).sys_flag & SYSFLAG_TRANSACTION_MASK:
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(0, why.BATCH_TRANSACTION))
     return recs
 
 
@@ -195,12 +196,13 @@ def prepare_each(msgs, max_message_size: int, store_host_bytes: bytes | None = N
     (`core.record.codec.prepare_record`); or the PutMessageStatus refusing it, under the batch rules
     of `prepare_batch_records` (no delay level, no transaction)."""
     recs = []
-    for m in msgs:
+    for i, m in enumerate(msgs):
         rec = prepare_record(m, max_message_size, store_host_bytes, prop_crc)
         if rec.__class__ is PutMessageStatus:
-            return rec
+            return refuse(rec, why.in_batch(i, take_reason()))
         if rec.sys_flag & SYSFLAG_TRANSACTION_MASK or has_delay_level(m.properties):
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(i, why.BATCH_DELAY
+                          if has_delay_level(m.properties) else why.BATCH_TRANSACTION))
         rec.prepared_offset = 0          # as RocketMQ writes every record of a batch
         recs.append(rec)
     return recs
@@ -224,7 +226,7 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
     if keyed and (len(uniq_keys) != n if uniq_keys.__class__ is not KeyBlock
                   else uniq_keys.count != n or block_problem(*uniq_keys) or uniq_keys.has_separators()) \
             or keyed and PROPERTY_UNIQ_KEY in (msg.properties or {}):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.keys_problem(msg, uniq_keys, n))
     if block is not None:                               # slices of one frame: bytes-like
         if sizes is None:
             sizes = list(map(len, bodies))
@@ -298,13 +300,15 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
         if not joined.isascii() or len(set(map(len, uniq_keys))) != 1:
             return None                              # tails of different widths
         if "\x01" in joined or "\x02" in joined:
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.key_separator(uniq_keys))
     if not all(map(is_body, bodies)):
         return None                                  # prepare_batch refuses it
     sizes = list(map(len, bodies))
     fixed = first.size - sizes[0]
     if max(sizes) > min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        i = sizes.index(max(sizes))
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(i, why.body_problem(
+            bodies[i], max_message_size, fixed)))
     tails = np.empty((n, len(first.tail)), _U8)
     tails[:] = np.frombuffer(first.tail, _U8)
     key_at = _key_position(first.tail, uniq_keys[0].encode("ascii")) if keyed else 0

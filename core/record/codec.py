@@ -27,7 +27,8 @@ from core.record.message import (
     KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
 )
-from core.status import PutMessageStatus
+from core.record import refusal as why
+from core.status import PutMessageStatus, refuse, take_reason
 
 MAGIC_V1 = -626843481          # 0xDAA320A7
 MAGIC_V2 = -626843477          # 0xDAA320AB
@@ -204,25 +205,27 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     body = msg.body
     topic = msg.topic
     if not is_body(body) or not isinstance(topic, str):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.head_problem(msg, b"", 0, MAX_TOPIC_BYTES))
     head = _topic_head(topic)
     body_len = len(body)
     queue_id = msg.queue_id
     if not head or body_len > max_message_size or queue_id.__class__ is not int \
             or not 0 <= queue_id < (1 << 31):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL,
+                      why.head_problem(msg, head, max_message_size, MAX_TOPIC_BYTES))
     try:
         props_s, pairs, tags, keys = _properties_string(msg)
         tag_hash = tags_code(tags)
     except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.NOT_TEXT)
     props_b = props_s.encode("utf-8")
     if prop_crc:
         props_b = with_reserve(props_b)
     if len(props_b) > MAX_PROPERTIES_BYTES:
-        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        return refuse(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                      why.properties_too_large(len(props_b), MAX_PROPERTIES_BYTES))
     if pairs * 2 != props_s.count("\x01") + props_s.count("\x02"):
-        return PutMessageStatus.MESSAGE_ILLEGAL          # a separator inside a name or value
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.separator_problem(msg))
     try:
         _INT_FIELDS.pack(msg.flag, msg.sys_flag, msg.reconsume_times, msg.born_timestamp,
                          msg.prepared_transaction_offset)    # each must fit its Java field
@@ -230,7 +233,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         store, store_v6 = (store_host_bytes, len(store_host_bytes) == 20) if store_host_bytes \
             else _host_bytes(msg.store_host)
     except (ValueError, TypeError, IndexError, struct.error):
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.FALLBACK)
     sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     if born_v6:
         sys_flag |= SYSFLAG_BORNHOST_V6
@@ -238,7 +241,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         sys_flag |= SYSFLAG_STOREHOST_V6
     size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
     if size > max_message_size + TOTAL_SIZE_SLACK:
-        return PutMessageStatus.MESSAGE_ILLEGAL
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.record_too_large(size, max_message_size))
     return PreparedRecord(
         size, _HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
@@ -266,11 +269,11 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     msg.body = bodies[0]
     if uniq_keys is not None:
         if len(uniq_keys) != len(bodies) or PROPERTY_UNIQ_KEY in (msg.properties or {}):
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.keys_problem(msg, uniq_keys, len(bodies)))
         msg.properties = {**(msg.properties or {}), PROPERTY_UNIQ_KEY: uniq_keys[0]}
     first = prepare_record(msg, max_message_size, store_host_bytes, prop_crc)
     if first.__class__ is PutMessageStatus:
-        return first
+        return refuse(first, why.in_batch(0, take_reason()))
     first.prepared_offset = 0        # RocketMQ writes 0 into every record of a batch (2.11)
     out = [first]
     if uniq_keys is not None:
@@ -278,10 +281,11 @@ def prepare_batch(msg, bodies: list, max_message_size: int, store_host_bytes: by
     fixed = first.size - len(first.body)
     limit = min(max_message_size, max_message_size + TOTAL_SIZE_SLACK - fixed)
     f = first
-    for body in bodies[1:]:
+    for i, body in enumerate(bodies[1:], 1):
         n = len(body)
         if n > limit or not is_body(body):
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(i, why.body_problem(
+                body, max_message_size, fixed)))
         out.append(PreparedRecord(
             fixed + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag, f.sys_flag,
             f.born_timestamp, f.born_host, f.store_host, f.reconsume_times, f.prepared_offset, body,
@@ -308,17 +312,21 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
     fixed = f.size - len(f.body) - len(props)
     room = max_message_size + TOTAL_SIZE_SLACK - fixed
     pack_len = _I16.pack
-    for body, key in zip(bodies[1:], uniq_keys[1:]):
+    for i, (body, key) in enumerate(zip(bodies[1:], uniq_keys[1:]), 1):
         n = len(body)
         if n > max_message_size or not is_body(body) \
                 or key.__class__ is not str:
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(i, why.body_problem(
+                body, max_message_size, 0) if key.__class__ is str else why.NOT_KEY))
         key_b = key.encode("utf-8")
         props_len = len(before) + len(key_b) + len(after)
         if props_len > MAX_PROPERTIES_BYTES:
-            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+            return refuse(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                          why.in_batch(i, why.properties_too_large(props_len, MAX_PROPERTIES_BYTES)))
         if "\x01" in key or "\x02" in key or n + props_len > room:
-            return PutMessageStatus.MESSAGE_ILLEGAL
+            return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.in_batch(i, why.separator_in("the UNIQ_KEY")
+                          if "\x01" in key or "\x02" in key else why.record_too_large(
+                              fixed + props_len + n, max_message_size)))
         out.append(PreparedRecord(
             fixed + props_len + n, f.header, crc32(body) & 0x7FFFFFFF, f.queue_id, f.flag,
             f.sys_flag, f.born_timestamp, f.born_host, f.store_host, f.reconsume_times,

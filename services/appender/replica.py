@@ -19,7 +19,8 @@ import zmq
 from core.status import PutMessageStatus
 from ipc.control_block import Word
 from ipc.protocol import unpack
-from services.appender.waiters import FlushWaiters, Histogram, Parked
+from services.appender.waiters import FlushWaiters, Parked
+from services.histogram import Histogram
 
 PUT_OK = PutMessageStatus.PUT_OK.value
 FLUSH_SLAVE_TIMEOUT = PutMessageStatus.FLUSH_SLAVE_TIMEOUT.value

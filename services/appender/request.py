@@ -1,9 +1,10 @@
 """Decoding of the appender's `put` and `put_batch` requests (docs/PROTOCOL.md) into
 `core.record.message.Message` objects, with the wire errors a client can cause: BAD_FIELD (named),
 BAD_TOPIC, TOO_MANY_FRAMES; and the encoding of their replies. A body over
-`max_message_size` or a topic over 127 UTF-8 bytes raises `IllegalMessage` instead (codes
-BODY_TOO_LARGE, BAD_TOPIC), which the appender answers with the put status MESSAGE_ILLEGAL, as
-RocketMQ's store refuses them.
+`max_message_size` or a topic over 127 UTF-8 bytes is no protocol error but a put the store
+refuses, as RocketMQ's does: the parser returns an `IllegalMessage` result instead of the
+request (codes BODY_TOO_LARGE, BAD_TOPIC), which the appender answers with the put status
+MESSAGE_ILLEGAL and its reason.
 
 A `put_batch` reply carries one message id per message. Its msgpack array is built in bulk
 from the records' offsets in hex, each behind the same string header and store host
@@ -20,12 +21,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import NamedTuple
 
 import zmq
 
 from core.record.key_block import KeyBlock, block_problem
 from core.record.message import Message
 from core.meta.topics import MAX_TOPIC_BYTES, topic_name_problem
+from core.status import PutMessageStatus
 from ipc.protocol import ErrorCode, ProtocolError, field, pack
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -34,9 +37,13 @@ _HOSTS: dict = {}
 _UNIFORM_SLICES: dict = {}      # (count, size) -> the bodies' slices of a batch of one body size
 
 
-class IllegalMessage(ProtocolError):
+class IllegalMessage(NamedTuple):
     """A well-formed put the store refuses as RocketMQ's does (put status MESSAGE_ILLEGAL): a
-    body over max_message_size, a topic over 127 UTF-8 bytes. `code` and `reason` say which."""
+    body over max_message_size, a topic over 127 UTF-8 bytes. `code` and `reason` say which.
+    The parsers return it in place of the PutRequest."""
+    code: ErrorCode
+    reason: str
+    status = PutMessageStatus.MESSAGE_ILLEGAL
 
 
 @dataclass(slots=True)
@@ -58,22 +65,28 @@ class PutRequest:
     id_offsets: bool = False      # the reply gives the records' offsets, not their message ids
 
 
-def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
+def parse_put(env: dict, frames: list, born_host: tuple, now_ms: int,
+              max_size: int) -> PutRequest | IllegalMessage:
     topic = _topic(env)
+    if topic.__class__ is IllegalMessage:
+        return topic
     if len(frames) != 1:
         raise ProtocolError(ErrorCode.TOO_MANY_FRAMES, f"put takes exactly one body frame, got {len(frames)}")
     body = frames[0]
     if len(body) > max_size:
-        raise IllegalMessage(ErrorCode.BODY_TOO_LARGE,
-                             f"body of {len(body)} bytes is over max_message_size {max_size}")
+        return IllegalMessage(ErrorCode.BODY_TOO_LARGE,
+                              f"body of {len(body)} bytes is over max_message_size {max_size}")
     host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
     msg = _message(env, "", topic, body, host, now_ms)
     wait = field(env, "wait", bool, True) and msg.properties.get("WAIT") != "false"
     return PutRequest(topic, _queue_id(env), [msg], wait, len(body), 1)
 
 
-def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_size: int) -> PutRequest:
+def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int,
+                    max_size: int) -> PutRequest | IllegalMessage:
     topic = _topic(env)
+    if topic.__class__ is IllegalMessage:
+        return topic
     sizes = field(env, "sizes", list)
     if not sizes:
         raise ProtocolError(ErrorCode.BAD_FIELD, "field 'sizes' must not be empty")
@@ -90,8 +103,8 @@ def parse_put_batch(env: dict, frames: list, born_host: tuple, now_ms: int, max_
         raise ProtocolError(ErrorCode.BAD_FIELD,
                             f"field 'sizes' adds up to {total} bytes but the body frame has {len(data)}")
     if total > max_size and max(sizes) > max_size:      # no body is larger than the whole
-        raise IllegalMessage(ErrorCode.BODY_TOO_LARGE,
-                             f"a body of {max(sizes)} bytes is over max_message_size {max_size}")
+        return IllegalMessage(ErrorCode.BODY_TOO_LARGE,
+                              f"a body of {max(sizes)} bytes is over max_message_size {max_size}")
     host = _host(env.get("born_host"), "born_host") if env.get("born_host") is not None else born_host
     per = field(env, "messages", list, None)
     wait = field(env, "wait", bool, True)
@@ -161,12 +174,15 @@ def _id_format(env: dict) -> bool:
     return form == "offsets"
 
 
-def _topic(env: dict) -> str:
+def _topic(env: dict) -> str | IllegalMessage:
+    """The topic of a put; an IllegalMessage for one over 127 bytes (a put status); other
+    illegal names are protocol errors."""
     topic = field(env, "topic", str)
     problem = topic_name_problem(topic)
     if problem:
-        too_long = len(topic.encode("utf-8")) > MAX_TOPIC_BYTES
-        raise (IllegalMessage if too_long else ProtocolError)(ErrorCode.BAD_TOPIC, problem)
+        if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+            return IllegalMessage(ErrorCode.BAD_TOPIC, problem)
+        raise ProtocolError(ErrorCode.BAD_TOPIC, problem)
     return topic
 
 

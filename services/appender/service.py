@@ -11,7 +11,7 @@ then replies; under SYNC_FLUSH it also does so within the round every SYNC_STEP_
 that the flusher starts on the first requests while the rest are appended; under ASYNC_FLUSH
 as soon as one client has EARLY_REPLIES requests in the round, so that a producer with a
 window in flight sends again meanwhile. Under SYNC_FLUSH the replies
-of `wait` puts are parked (services/append_waiters) and the flusher is woken through the `flush`
+of `wait` puts are parked (services/appender/waiters.py) and the flusher is woken through the `flush`
 FIFO (ipc/wakeup.py); they are answered when the FLUSHED word passes their records, read when
 the flusher's `flushed` FIFO wakes the appender and at every poll interval while replies are
 parked (which catches a lost wakeup), or FLUSH_DISK_TIMEOUT after `sync_flush_timeout` ms or at
@@ -35,7 +35,7 @@ and sent together (services/append_outbox).
 
 Every second it emits a `stats` event: `puts` and `bytes` ({topic: n}) stored since the last
 event, and `latency` ({status: {bucket_ms: count}}) of the put requests answered since then
-(services/append_waiters.PutStats says how buckets count).
+(services/histogram.PutStats says how buckets count).
 """
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ from core.delay.put import delay_rules, delayed_put
 from core.record.encode import encode_record
 from core.log.commitlog import CommitLog, append_status_to_put
 from core.files.fileops import PAGE_SIZE, REAL_FILE_OPS
-from core.status import AppendMessageStatus, PutMessageStatus
-from core.put_refusal import refusal_reason
+from core.record import refusal as why
+from core.status import AppendMessageStatus, PutMessageStatus, take_reason
 from core.meta.topics import TopicTable
 from ipc.control_block import ServiceState, Word
 from ipc.protocol import ERROR, ErrorCode, Handlers, ProtocolError, pack, unpack
@@ -66,7 +66,8 @@ from services.appender.request import (IllegalMessage, MsgIdArray, PeerHosts, pa
                                      parse_put_batch)
 from services.appender.replica import ReplicaWait
 from services.appender.topics import create_new_topics, register_topic_ops, reload_topics
-from services.appender.waiters import FlushWaiters, Parked, PutStats
+from services.appender.waiters import FlushWaiters, Parked
+from services.histogram import PutStats
 from services.base import ServiceLoop, run_service
 
 log = logging.getLogger("mqstore.appender")
@@ -352,14 +353,13 @@ class Appender(ServiceLoop):
         if env.get("coalesce") is True:
             self.outbox.asked(self._identity)
         rid = env.get("rid", 0)
-        try:
-            first = self._frames[1] if len(self._frames) > 1 else None
-            req = parse(env, frames, self.peers.of(self._identity, first), time.time_ns() // 1_000_000,
-                        self.max_size)
-        except IllegalMessage as e:           # a put status, after the store's own refusals
+        first = self._frames[1] if len(self._frames) > 1 else None
+        req = parse(env, frames, self.peers.of(self._identity, first), time.time_ns() // 1_000_000,
+                    self.max_size)
+        if req.__class__ is IllegalMessage:   # a put status, after the store's own refusals
             if self._refusing():
                 return [pack({"rid": rid, "status": NOT_AVAILABLE})]
-            return [pack({"rid": rid, "status": ILLEGAL, "code": int(e.code), "reason": e.reason})]
+            return [pack({"rid": rid, "status": ILLEGAL, "code": int(req.code), "reason": req.reason})]
         if self._refusing():
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         try:
@@ -368,19 +368,16 @@ class Appender(ServiceLoop):
             log.error("cannot create topic %s: %s", req.topic, e)
             return [pack({"rid": rid, "status": NOT_AVAILABLE})]
         if batch and req.body_bytes > self.max_size:        # a batch is one unit of at most this
-            return [pack({"rid": rid, "status": ILLEGAL, "reason": f"a batch is one unit: its "
-                          f"{req.body_bytes} bytes of bodies are over max_message_size {self.max_size}"})]
+            return [pack({"rid": rid, "status": ILLEGAL,
+                          "reason": why.batch_too_large(req.body_bytes, self.max_size)})]
         recs = self._prepare(req, qid, batch)
         if recs.__class__ is PutMessageStatus:
-            reason = refusal_reason(req.messages, recs, self.max_size, batch, req.bodies, req.uniq_keys)
-            return [pack({"rid": rid, "status": recs.value, "reason": reason})]
+            return [pack({"rid": rid, "status": recs.value, "reason": take_reason()})]
         result = self.commitlog.append_batch(recs) if batch else self.commitlog.append_encoded(*recs)
         if result.status is not AppendMessageStatus.PUT_OK:
             fields = {"rid": rid, "status": append_status_to_put(result.status).value}
             if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
-                fields["reason"] = (f"{'the batch' if batch else 'the record'} would not fit in a "
-                                    f"CommitLog segment of {self.commitlog.file_size} bytes "
-                                    "(mapped_file_size_commitlog)")
+                fields["reason"] = why.over_segment(batch, self.commitlog.file_size)
             return [pack(fields)]
         self.last_store_ts = result.store_timestamp
         self.stats.stored(req.topic, req.count, req.body_bytes)

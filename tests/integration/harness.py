@@ -19,9 +19,8 @@ from core.files.store_files import StoreLock
 from ipc.control_block import ServiceState
 from ipc.protocol import pack, unpack
 from ipc.sockets import make_socket
-from supervisor.runtime import (
-    STOP_ORDER, mark_started, prepare_run, spawn_service, stop_service, wait_state,
-)
+from supervisor.run_dir import prepare_run
+from supervisor.spawn import STOP_ORDER, mark_started, spawn_service, stop_service, wait_state
 
 
 class ServiceHarness:

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from ipc.control_block import read_control_name
-from supervisor.runtime import free_port
+from supervisor.ports import free_port
 from tests.integration.harness import RawClient
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

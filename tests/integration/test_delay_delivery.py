@@ -135,7 +135,7 @@ def test_timers_across_a_killed_tree(store):
 
 
 def test_status_and_metrics_show_what_is_pending(store):
-    from supervisor.runtime import free_port
+    from supervisor.ports import free_port
     from tests.integration.supervised import cli
     port = free_port("127.0.0.1")
     s = store(message_delay_level="1s 2s 1h").start("--metrics-port", str(port))

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.files.store_files import StoreLock
-from services.appender.waiters import BUCKETS_MS
+from services.histogram import BUCKETS_MS
 from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli, pid_gone
 from tests.integration.supervised import supervised_stores  # noqa: F401 (the `store` fixture)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from services.appender.waiters import BUCKETS_MS, FlushWaiters, Parked, PutStats
+from services.appender.waiters import FlushWaiters, Parked
+from services.histogram import BUCKETS_MS, PutStats
 
 
 def parked(end, deadline):

@@ -15,10 +15,9 @@ from core.record.codec import BLANK_SIZE, MAGIC_BLANK, prepare_batch, write_reco
 from core.log.commitlog import CommitLog
 from core.record.decode import decode_message
 from core.record.key_block import KeyBlock, block_problem
-from core.put_refusal import refusal_reason
 from core.files.fileops import REAL_FILE_OPS
 from core.record.message import SYSFLAG_TRANSACTION_PREPARED, Message, host_to_bytes
-from core.status import AppendMessageStatus, PutMessageStatus
+from core.status import AppendMessageStatus, PutMessageStatus, take_reason
 from core.files.transient_pool import TransientStorePool
 
 STORE_HOST = host_to_bytes(("127.0.0.1", 10911))[0]
@@ -96,8 +95,7 @@ def test_a_key_block_with_a_separator_is_refused():
     for n in (1, 2, 5):
         block = KeyBlock(b"ab\x02c" * n, n)
         assert prepare_batch_records(msg, [b"x"] * n, 4096, STORE_HOST, block) is PutMessageStatus.MESSAGE_ILLEGAL
-        assert "separators" in refusal_reason([msg], PutMessageStatus.MESSAGE_ILLEGAL, 4096, True,
-                                              [b"x"] * n, block)
+        assert "separators" in take_reason()
 
 
 def test_a_key_block_and_a_uniq_key_property_are_refused():

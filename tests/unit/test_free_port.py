@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from supervisor.runtime import ephemeral_range, free_port, plan_endpoints
+from supervisor.ports import ephemeral_range, free_port, plan_endpoints
 
 
 def test_picked_ports_are_free_distinct_and_outside_the_ephemeral_range():

@@ -1,4 +1,5 @@
-"""core.heap: freed frames stay in the process, so the next one takes no page faults."""
+"""services.heap: freed frames stay in a service process, so the next one takes no page faults;
+a client process keeps its allocator as it had it."""
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _PROBE = """
 import resource, sys
 sys.path.insert(0, {repo!r})
-from core.heap import keep_freed_heap
+from services.heap import keep_freed_heap
 if {tune}:
     assert keep_freed_heap()
 def frame():                    # four frames in flight, as a pipelined consumer holds
@@ -48,6 +49,25 @@ def test_a_users_own_glibc_setting_is_left_alone():
 
 
 def test_calling_twice_is_harmless():
-    from core.heap import keep_freed_heap
+    from services.heap import keep_freed_heap
     assert keep_freed_heap() in (True, False)
     assert keep_freed_heap() is True
+
+
+_CLIENT_FIRST = """
+from ipc.client_common import PeerUnreachable
+from ipc.connection import Connection
+try:
+    Connection("tcp://127.0.0.1:9", timeout=0.2).close()
+except PeerUnreachable:
+    pass
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+def test_a_client_connection_leaves_its_users_allocator_alone():
+    # Only the service processes tune the heap (services.base.run_service): a process that
+    # opens a client Connection keeps glibc's trimming, as it had it.
+    probe = _PROBE.format(repo=REPO, tune=False).replace("def frame():", _CLIENT_FIRST + "def frame():", 1)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert int(out.stdout) > 300 * 200

@@ -1,5 +1,5 @@
 """The latency histograms of `supervisor.metrics.Metrics`, fed the `stats` events that
-`services.appender.waiters.PutStats` and `Histogram` build: every series has every bucket bound,
+`services.histogram.PutStats` and `Histogram` build: every series has every bucket bound,
 cumulative, and `_count` and `_sum`, however sparse the events' buckets are."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.appender.waiters import BUCKETS_MS, SUM_KEY, Histogram, PutStats
+from services.histogram import BUCKETS_MS, SUM_KEY, Histogram, PutStats
 from supervisor.metrics import Metrics
 
 

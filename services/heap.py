@@ -10,9 +10,12 @@ messages took one fault per three messages: a quarter of its CPU.
 `keep_freed_heap()` raises the trim threshold and the top pad so that the heap keeps up to
 `TRIM_THRESHOLD` of freed memory for the next frame, and pins the mmap threshold so that
 frames below `MMAP_THRESHOLD` come from that heap rather than from a fresh mapping each.
-It is called once per process by every service and by the client connections. It does
-nothing where glibc's `mallopt` is missing (musl, macOS), and leaves each setting alone that
-the user chose through glibc's own environment variables (MALLOC_TRIM_THRESHOLD_, ...).
+It is called once per process by every service, as it starts (`services.base.run_service`):
+process tuning belongs to the processes the store runs, so the client library (`ipc`) and
+the embedded store (`core`) leave their user's allocator as they find it; a client process
+that moves large frames may call it itself. It does nothing where glibc's `mallopt` is
+missing (musl, macOS), and leaves each setting alone that the user chose through glibc's own
+environment variables (MALLOC_TRIM_THRESHOLD_, ...).
 """
 from __future__ import annotations
 
