@@ -52,7 +52,7 @@ class ReplicaLog:
     def _walk(self) -> None:
         """Move `boundary` over the whole records in [boundary, written), reading their
         headers straight from each segment's mapping (one hold per segment, no copy)."""
-        queue, size = self.commitlog.queue, self.file_size
+        queue = self.commitlog.queue
         pos, end = self.boundary, self.written
         while pos + BLANK_SIZE <= end:
             mf = queue.find_mapped_file_by_offset(pos)
