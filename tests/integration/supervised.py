@@ -22,7 +22,7 @@ import pytest
 
 from ipc.control_block import read_control_name
 from supervisor.runtime import free_port
-from tests.integration.harness import RawClient
+from tests.integration.harness import RawClient, wait_exit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_TOML = {
@@ -129,15 +129,14 @@ class SupervisedStore:
             return ""
 
     def wait_exit(self, timeout: float = 60.0) -> int:
-        code = self.proc.wait(timeout)
-        return code
+        return wait_exit(self.proc, timeout)
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        wait_exit(self.proc, 10)
 
     def kill_tree(self) -> None:
         """SIGKILL the supervisor and every process under it at once (the services and Python's
@@ -149,7 +148,7 @@ class SupervisedStore:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.proc.wait(10)
+        wait_exit(self.proc, 10)
         deadline = time.monotonic() + 10
         while not all(pid_gone(p) for p in tree):
             assert time.monotonic() < deadline, "processes outlived SIGKILL"
@@ -165,7 +164,7 @@ class SupervisedStore:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(60)
+                wait_exit(self.proc, 60)
             except subprocess.TimeoutExpired:
                 self.kill()
 
