@@ -3,6 +3,7 @@ else is a ProtocolError, never another exception."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from ipc import ha_protocol as wire
@@ -38,7 +39,7 @@ values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1)
                       max_leaves=12)
 
 
-@settings(max_examples=400)
+@settings(max_examples=100)
 @given(frame0=values | st.binary(max_size=40), extra=st.lists(st.binary(max_size=20), max_size=2),
        op=st.sampled_from(["data", "heartbeat", "reset", "nonsense", None]))
 def test_garbage_is_a_protocol_error_and_nothing_else(frame0, extra, op):
@@ -53,3 +54,13 @@ def test_garbage_is_a_protocol_error_and_nothing_else(frame0, extra, op):
     handlers.op("handshake")(lambda env, frames, peer: wire.parse_handshake(env) and [b""])
     handlers.op("ack")(lambda env, frames, peer: wire.parse_ack(env) and None)
     handlers.handle([raw, *extra])              # never raises
+
+
+@pytest.mark.slow
+@settings(max_examples=400)
+@given(frame0=values | st.binary(max_size=40), extra=st.lists(st.binary(max_size=20), max_size=2),
+       op=st.sampled_from(["data", "heartbeat", "reset", "nonsense", None]))
+def test_garbage_is_a_protocol_error_and_nothing_else_many(frame0, extra, op):
+    test_garbage_is_a_protocol_error_and_nothing_else.hypothesis.inner_test(frame0, extra, op)
+
+
