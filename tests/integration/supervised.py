@@ -79,6 +79,7 @@ class SupervisedStore:
         self.toml = write_toml(str(tmp_path / f"{name}.toml"), {**TINY_TOML, **config})
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        self.terminated: subprocess.Popen | None = None      # the process sent SIGTERM by terminate()
         self.address: str | None = None
         self.lines: queue.Queue = queue.Queue()
         self.stdout: list[str] = []
@@ -160,9 +161,16 @@ class SupervisedStore:
         assert reply["status"] == "OK", reply
         return self.wait_exit(timeout)
 
+    def terminate(self) -> None:
+        """SIGTERM (a clean stop) without waiting for it; `ensure_stopped` waits. A second
+        SIGTERM would kill the services at once, so it is sent once."""
+        if self.proc is not None and self.proc.poll() is None and self.terminated is not self.proc:
+            self.proc.send_signal(signal.SIGTERM)
+            self.terminated = self.proc
+
     def ensure_stopped(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 wait_exit(self.proc, 60)
             except subprocess.TimeoutExpired:
@@ -208,6 +216,14 @@ class SupervisedStore:
         return read_control_name(self.path("run"))
 
 
+def stop_all(stores) -> None:
+    """Stop every store of `stores` cleanly, all at once (SIGTERM to each, then wait for each)."""
+    for s in stores:
+        s.terminate()
+    for s in stores:
+        s.ensure_stopped()
+
+
 def pid_gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -226,5 +242,4 @@ def supervised_stores(tmp_path):
         stores.append(s)
         return s
     yield make
-    for s in stores:
-        s.ensure_stopped()
+    stop_all(stores)
