@@ -71,15 +71,16 @@ class ServiceHarness:
         return proc
 
     def stop(self, name: str, grace: float = 30.0) -> int:
-        """SIGTERM, wait `grace` seconds, then SIGKILL (runtime.stop_service); the exit code."""
+        """runtime.stop_service (SIGTERM, `grace` seconds, then SIGKILL; the exit code), woken
+        the moment the process ends."""
         proc = self.procs.pop(name)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
                 wait_exit(proc, grace)
             except subprocess.TimeoutExpired:
-                pass
-        return stop_service(proc, grace)
+                pass                                # stop_service kills it
+        return stop_service(proc, 0)
 
     def __exit__(self, *exc) -> None:
         for name in [n for n in STOP_ORDER if n in self.procs] + list(self.procs):
