@@ -388,10 +388,18 @@ class Supervisor:
             self.policy.cancel(name)
             if svc is None or not svc.alive:
                 continue
-            svc.terminate()
-            deadline = time.monotonic() + STOP_GRACE_S.get(name, 30.0)
-            while svc.alive and time.monotonic() < deadline and not self.force:
-                self.step(20)
+            exited = svc.exit_fd()               # wakes the wait below the moment it exits
+            if exited is not None:
+                self.poller.register(exited, zmq.POLLIN)
+            try:
+                svc.terminate()
+                deadline = time.monotonic() + STOP_GRACE_S.get(name, 30.0)
+                while svc.alive and time.monotonic() < deadline and not self.force:
+                    self.step(20)
+            finally:
+                if exited is not None:
+                    self.poller.unregister(exited)
+                    os.close(exited)
             if svc.alive:
                 log.warning("%s did not stop in time: killing it", name)
                 svc.kill()

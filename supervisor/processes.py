@@ -94,6 +94,16 @@ class ServiceProcess:
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
 
+    def exit_fd(self) -> int | None:
+        """A file descriptor that polls readable once the process has ended (a Linux pidfd),
+        for the supervisor's poller; None where there is none. The caller closes it."""
+        if not self.alive:
+            return None
+        try:
+            return os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            return None
+
     # -- observation ---------------------------------------------------------------------
     @property
     def state(self) -> ServiceState:

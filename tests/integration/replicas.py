@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.integration.harness import RawClient, wait_for
-from tests.integration.supervised import SupervisedStore
+from tests.integration.supervised import SupervisedStore, stop_all
 
 FAST_HA = {"ha_send_heartbeat_interval": 200, "ha_housekeeping_interval": 1500, "slave_timeout": 1000}
 
@@ -19,8 +19,7 @@ FAST_HA = {"ha_send_heartbeat_interval": 200, "ha_housekeeping_interval": 1500, 
 def stores():
     started = []
     yield started
-    for s in reversed(started):
-        s.ensure_stopped()
+    stop_all(started)
 
 
 def master(tmp_path, name="master", role="SYNC_MASTER", **config) -> SupervisedStore:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import msgpack
 import zmq
@@ -30,10 +31,16 @@ class CurveClient:
 
     def call(self, op: str, *frames, timeout: float = 10.0, **fields):
         """(reply map, frames), or None when nothing came within `timeout`."""
-        self.rid += 1
-        self.sock.send_multipart([msgpack.packb({"op": op, "rid": self.rid, **fields}), *frames])
+        self.send(op, *frames, **fields)
         if not self.sock.poll(timeout * 1000):
             return None
+        return self.receive()
+
+    def send(self, op: str, *frames, **fields) -> None:
+        self.rid += 1
+        self.sock.send_multipart([msgpack.packb({"op": op, "rid": self.rid, **fields}), *frames])
+
+    def receive(self):
         head, *rest = self.sock.recv_multipart()
         return msgpack.unpackb(head), rest
 
@@ -84,6 +91,32 @@ class SecureStore:
             return c.call(op, *frames, timeout=timeout, **fields)
         finally:
             c.close()
+
+    def answered(self, requests, timeout: float) -> list:
+        """Send every request of `requests` ((service, key_file, op, frames, fields) each, on a
+        client of its own) at once and wait `timeout` seconds for all of them together: each
+        has had `timeout` seconds to be answered, as with `call(..., timeout=timeout)` one after
+        the other. The requests that got a reply, with it."""
+        clients = []
+        try:
+            for service, key_file, op, frames, fields in requests:
+                clients.append(self.client(service, key_file))
+                clients[-1].send(op, *frames, **fields)
+            poller = zmq.Poller()
+            for c in clients:
+                poller.register(c.sock, zmq.POLLIN)
+            waiting = dict(zip((c.sock for c in clients), zip(clients, requests)))
+            got = []
+            deadline = time.monotonic() + timeout
+            while waiting and (left := deadline - time.monotonic()) > 0:
+                for sock, _ in poller.poll(left * 1000):
+                    client, request = waiting.pop(sock)
+                    poller.unregister(sock)
+                    got.append((request, client.receive()))
+            return got
+        finally:
+            for c in clients:
+                c.close()
 
     def ensure_stopped(self) -> None:
         self.store.ensure_stopped()

@@ -22,7 +22,7 @@ import pytest
 
 from ipc.control_block import read_control_name
 from supervisor.ports import free_port
-from tests.integration.harness import RawClient
+from tests.integration.harness import RawClient, wait_exit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_TOML = {
@@ -79,6 +79,7 @@ class SupervisedStore:
         self.toml = write_toml(str(tmp_path / f"{name}.toml"), {**TINY_TOML, **config})
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        self.terminated: subprocess.Popen | None = None      # the process sent SIGTERM by terminate()
         self.address: str | None = None
         self.lines: queue.Queue = queue.Queue()
         self.stdout: list[str] = []
@@ -129,15 +130,14 @@ class SupervisedStore:
             return ""
 
     def wait_exit(self, timeout: float = 60.0) -> int:
-        code = self.proc.wait(timeout)
-        return code
+        return wait_exit(self.proc, timeout)
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        wait_exit(self.proc, 10)
 
     def kill_tree(self) -> None:
         """SIGKILL the supervisor and every process under it at once (the services and Python's
@@ -149,7 +149,7 @@ class SupervisedStore:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.proc.wait(10)
+        wait_exit(self.proc, 10)
         deadline = time.monotonic() + 10
         while not all(pid_gone(p) for p in tree):
             assert time.monotonic() < deadline, "processes outlived SIGKILL"
@@ -161,11 +161,18 @@ class SupervisedStore:
         assert reply["status"] == "OK", reply
         return self.wait_exit(timeout)
 
+    def terminate(self) -> None:
+        """SIGTERM (a clean stop) without waiting for it; `ensure_stopped` waits. A second
+        SIGTERM would kill the services at once, so it is sent once."""
+        if self.proc is not None and self.proc.poll() is None and self.terminated is not self.proc:
+            self.proc.send_signal(signal.SIGTERM)
+            self.terminated = self.proc
+
     def ensure_stopped(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
-                self.proc.wait(60)
+                wait_exit(self.proc, 60)
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -209,6 +216,14 @@ class SupervisedStore:
         return read_control_name(self.path("run"))
 
 
+def stop_all(stores) -> None:
+    """Stop every store of `stores` cleanly, all at once (SIGTERM to each, then wait for each)."""
+    for s in stores:
+        s.terminate()
+    for s in stores:
+        s.ensure_stopped()
+
+
 def pid_gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -227,5 +242,4 @@ def supervised_stores(tmp_path):
         stores.append(s)
         return s
     yield make
-    for s in stores:
-        s.ensure_stopped()
+    stop_all(stores)

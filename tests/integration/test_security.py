@@ -56,11 +56,15 @@ def _unknown_key(tmp_path) -> str:
 def test_no_key_an_unknown_key_and_a_revoked_key_get_no_answer_and_store_nothing(secure, tmp_path):
     before = _wrote(secure)
     stranger = _unknown_key(tmp_path)
-    for key in (None, stranger, secure.keys["gone"]):
-        for service, op, frames, fields in (("front", "hello", (), {}),
-                                            ("appender", "put", (b"intruder",), {"topic": "orders"}),
-                                            ("reader", "topics", (), {})):
-            assert secure.call(service, key, op, *frames, timeout=NO_ANSWER_S, **fields) is None, (key, op)
+    requests = [(service, key, op, frames, fields)
+                for key in (None, stranger, secure.keys["gone"])
+                for service, op, frames, fields in (("front", "hello", (), {}),
+                                                    ("appender", "put", (b"intruder",), {"topic": "orders"}),
+                                                    ("reader", "topics", (), {}))]
+    admitted = ("front", secure.keys["admin"], "hello", (), {})          # the one to be answered
+    got = secure.answered(requests + [admitted], timeout=NO_ANSWER_S)     # each waited NO_ANSWER_S
+    assert [request for request, _ in got] == [admitted], got
+    assert got[0][1][0]["status"] == "OK"
     assert _wrote(secure) == before
     assert stat.S_IMODE(os.stat(os.path.join(secure.root, "run")).st_mode) == 0o700
     with open(os.path.join(secure.root, "logs", "supervisor.log")) as f:

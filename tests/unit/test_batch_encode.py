@@ -52,7 +52,7 @@ key_sets = st.one_of(
     st.just(lambda n: ["ab\x01c" if i == n - 1 else "abcd" for i in range(n)]))   # a separator
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(templates, st.lists(st.integers(0, 300), min_size=1, max_size=12), st.booleans(), key_sets,
        st.sampled_from([200, 300, 4096]), st.integers(0, 1000), st.integers(0, 1 << 40),
        st.booleans())
@@ -81,6 +81,16 @@ def test_columns_write_the_bytes_record_by_record_writes(msg, sizes, same, keys,
         return
     assert got.record_sizes == tuple(r.size for r in want)
     assert write_columns(got, 13, qoff, phys, 777) == write_reference(want, 13, qoff, phys, 777)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(templates, st.lists(st.integers(0, 300), min_size=1, max_size=12), st.booleans(), key_sets,
+       st.sampled_from([200, 300, 4096]), st.integers(0, 1000), st.integers(0, 1 << 40),
+       st.booleans())
+def test_columns_write_the_bytes_record_by_record_writes_many(msg, sizes, same, keys, max_size, qoff, phys,
+                                                          crc):
+    test_columns_write_the_bytes_record_by_record_writes.hypothesis.inner_test(msg, sizes, same, keys, max_size, qoff, phys, crc)
 
 
 def as_key_block(uniq):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +47,7 @@ def messages(draw):
         reconsume_times=draw(int32), prepared_transaction_offset=draw(int64))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(messages(), st.integers(0, (1 << 62)), st.integers(0, 1 << 62), int64)
 def test_encode_decode_round_trip(msg, queue_offset, phys, store_ts):
     rec = encode_message(msg, queue_offset, phys, store_ts)
@@ -75,7 +76,14 @@ def test_encode_decode_round_trip(msg, queue_offset, phys, store_ts):
     assert [k for k in req.keys.split(" ") if k] == msg.keys_list
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(messages(), st.integers(0, (1 << 62)), st.integers(0, 1 << 62), int64)
+def test_encode_decode_round_trip_many(msg, queue_offset, phys, store_ts):
+    test_encode_decode_round_trip.hypothesis.inner_test(msg, queue_offset, phys, store_ts)
+
+
+@settings(max_examples=50, deadline=None)
 @given(messages(), st.integers(0, 1000))
 def test_a_torn_record_is_refused_by_the_checked_parse(msg, cut):
     """Zero a record from `cut` on (a torn write). The body CRC and the length fields cover
@@ -95,10 +103,17 @@ def test_a_torn_record_is_refused_by_the_checked_parse(msg, cut):
         assert cut >= body_end
 
 
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(messages(), st.integers(0, 1000))
+def test_a_torn_record_is_refused_by_the_checked_parse_many(msg, cut):
+    test_a_torn_record_is_refused_by_the_checked_parse.hypothesis.inner_test(msg, cut)
+
+
 loose_values = st.one_of(plain_text, st.none(), st.integers(-5, 5), st.just(""))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.one_of(plain_text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"])),
                        loose_values, max_size=5),
        st.one_of(st.none(), st.just(""), plain_text, st.integers(1, 9)),
@@ -117,3 +132,16 @@ def test_fast_property_string_equals_the_general_one(props, tags, keys):
             return TypeError
     msg = Message("T", b"", tags=tags, keys=keys, properties=props)
     assert outcome(_properties_string) == outcome(_properties_string_general)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.one_of(plain_text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"])),
+                       loose_values, max_size=5),
+       st.one_of(st.none(), st.just(""), plain_text, st.integers(1, 9)),
+       st.one_of(st.none(), st.just(""), st.just(" a  b "), st.lists(key_tokens, max_size=3),
+                 key_tokens))
+def test_fast_property_string_equals_the_general_one_many(props, tags, keys):
+    test_fast_property_string_equals_the_general_one.hypothesis.inner_test(props, tags, keys)
+
+

@@ -3,6 +3,7 @@ record exactly as the record-by-record check does, for every single-bit flip; re
 not the ones their entries name (offset, queue, topic) are refused with a reason."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +35,7 @@ def one_by_one(chunk, sizes, phys, topic, qid, offsets, check_crc):
     return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 20), st.booleans(), st.booleans(), st.sampled_from([True, FORCED]), st.data())
 def test_a_run_finds_the_first_flip_as_the_record_by_record_check(n, sealed, same, check_crc, data):
     chunk, sizes, phys, offsets = run(n, sealed, same)
@@ -48,6 +49,13 @@ def test_a_run_finds_the_first_flip_as_the_record_by_record_check(n, sealed, sam
     if sealed:                                      # the record CRC covers every byte
         owner = next(i for i in range(n) if at < sum(sizes[:i + 1]))
         assert want == owner
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 20), st.booleans(), st.booleans(), st.sampled_from([True, FORCED]), st.data())
+def test_a_run_finds_the_first_flip_as_the_record_by_record_check_many(n, sealed, same, check_crc, data):
+    test_a_run_finds_the_first_flip_as_the_record_by_record_check.hypothesis.inner_test(n, sealed, same, check_crc, data)
 
 
 def test_a_record_that_is_not_the_entrys_is_refused_with_a_reason():

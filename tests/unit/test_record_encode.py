@@ -71,13 +71,21 @@ def general(msg, max_size, store, crc=False):
     return encode_prepared(prepare_record(copy.copy(msg), max_size, store, crc))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]),
        st.booleans())
 def test_encode_record_equals_the_general_path(msg, max_size, store, crc):
     """With and without the record CRC reserve (`crc`)."""
     want = general(msg, max_size, store, crc)     # also fills the topic and host caches
     assert encode_record(msg, max_size, store, crc) == want
+
+
+@pytest.mark.slow
+@settings(max_examples=500, deadline=None)
+@given(messages(), st.sampled_from([1024, 200, 1 << 20]), st.sampled_from([STORE_V4, STORE_V6]),
+       st.booleans())
+def test_encode_record_equals_the_general_path_many(msg, max_size, store, crc):
+    test_encode_record_equals_the_general_path.hypothesis.inner_test(msg, max_size, store, crc)
 
 
 def test_the_common_message_is_encoded_inline(monkeypatch):
@@ -162,7 +170,7 @@ class _FixedClock:
         return 1_700_000_000_123_000_000
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(messages(), min_size=1, max_size=6), st.sampled_from([1024, 200, 1 << 20]))
 def test_append_message_writes_what_append_writes_or_refuses_alike(tmp_path_factory, msgs, max_size):
     """`CommitLog.append_message` (the single put: the common message packed in place) against
@@ -191,6 +199,13 @@ def test_append_message_writes_what_append_writes_or_refuses_alike(tmp_path_fact
         commitlog_module.time = real
         a.shutdown()
         b.shutdown()
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=6), st.sampled_from([1024, 200, 1 << 20]))
+def test_append_message_writes_what_append_writes_or_refuses_alike_many(tmp_path_factory, msgs, max_size):
+    test_append_message_writes_what_append_writes_or_refuses_alike.hypothesis.inner_test(tmp_path_factory, msgs, max_size)
 
 
 def test_append_message_packs_the_common_message_in_place(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -65,7 +66,7 @@ def expected_scan(buf, check_crc):
         p += ref[1]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(st.lists(messages(), min_size=1, max_size=4), st.sampled_from([False, True, FORCED]), st.data())
 def test_scan_agrees_with_check_record(msgs, check_crc, data):
     damage = data.draw(st.sampled_from(["none", "zero_tail", "flip", "misplace"]))
@@ -86,6 +87,13 @@ def test_scan_agrees_with_check_record(msgs, check_crc, data):
         buf[at] ^= 1 << data.draw(st.integers(0, 7))
     numpy_min = data.draw(st.sampled_from([1, 3, 1 << 20]))
     assert scan_all(buf, check_crc, numpy_min) == expected_scan(buf, check_crc)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=4), st.sampled_from([False, True, FORCED]), st.data())
+def test_scan_agrees_with_check_record_many(msgs, check_crc, data):
+    test_scan_agrees_with_check_record.hypothesis.inner_test(msgs, check_crc, data)
 
 
 def test_blank_ends_the_segment_and_max_records_pauses():
@@ -134,7 +142,7 @@ _FRAGMENTS = [b"UNIQ_KEY\x01", b"TAGS\x01", b"KEYS\x01", b"\x02", b"\x01", b"u1"
               b"k1 k2", b"\xc3\xa9", b"\xc3", b"\xff", b"\x00", b"X\x01UNIQ_KEY\x01v"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=10).map(b"".join),
                 min_size=1, max_size=14),
        st.booleans(), st.sampled_from([1, 1 << 20]))
@@ -162,6 +170,15 @@ def test_property_strings_parse_as_the_reference_does(props, check_crc, numpy_mi
     expected = expected_scan(buf, check_crc)
     assert scan_all(buf, check_crc, numpy_min) == expected
     assert scan_all(buf, check_crc, numpy_min) == expected
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=10).map(b"".join),
+                min_size=1, max_size=14),
+       st.booleans(), st.sampled_from([1, 1 << 20]))
+def test_property_strings_parse_as_the_reference_does_many(props, check_crc, numpy_min):
+    test_property_strings_parse_as_the_reference_does.hypothesis.inner_test(props, check_crc, numpy_min)
 
 
 def test_many_records_use_the_numpy_header_check_and_pause_at_max_records():

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from core.log.consume_queue import BLANK_SIZE
 from services.reader import pull as read_pull
-from tests.unit.test_read_pull_fast import S, answer, build
+from tests.unit.test_reader_pull_fast import S, answer, build
 
 
 @pytest.fixture(params=["tuples", "arrays"])

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from core.record.codec import MAGIC_BLANK, MAGIC_V2
 from core.record.decode import decode_message
 from ipc.received import RUN_MIN, RecordSpans, _split_carefully, _take_run, find_records, split_records
-from tests.unit.test_client_received import record, same
+from tests.unit.test_received import record, same
 
 KINDS = ("v4", "v6-born", "v6-store", "v2")
 

@@ -100,7 +100,7 @@ def record(**kw) -> bytes:
 
 # -- the same fields as the eager decode --------------------------------------------------
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(records(), st.permutations(FIELDS))
 def test_lazy_decode_equals_the_eager_decode_field_by_field(rec, order):
     want = eager_decode(rec)
@@ -114,7 +114,14 @@ def test_lazy_decode_equals_the_eager_decode_field_by_field(rec, order):
            (want.keys_list, want.uniq_key, want.all_properties())
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(records(), st.permutations(FIELDS))
+def test_lazy_decode_equals_the_eager_decode_field_by_field_many(rec, order):
+    test_lazy_decode_equals_the_eager_decode_field_by_field.hypothesis.inner_test(rec, order)
+
+
+@settings(max_examples=50, deadline=None)
 @given(records(), st.permutations(FIELDS), st.sampled_from(["read", "write", "compare", "pickle"]))
 def test_a_pulled_message_is_the_decoded_one_whatever_is_done_first(rec, order, first):
     want = eager_decode(rec)
@@ -131,6 +138,13 @@ def test_a_pulled_message_is_the_decoded_one_whatever_is_done_first(rec, order, 
     assert got == want
 
 
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(records(), st.permutations(FIELDS), st.sampled_from(["read", "write", "compare", "pickle"]))
+def test_a_pulled_message_is_the_decoded_one_whatever_is_done_first_many(rec, order, first):
+    test_a_pulled_message_is_the_decoded_one_whatever_is_done_first.hypothesis.inner_test(rec, order, first)
+
+
 @settings(max_examples=100, deadline=None)
 @given(records(), st.binary(max_size=20), st.binary(max_size=20))
 def test_a_record_inside_a_larger_buffer(rec, before, after):
@@ -141,7 +155,7 @@ def test_a_record_inside_a_larger_buffer(rec, before, after):
     assert decode_message(memoryview(before + rec), len(before)) == eager_decode(rec)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(records(), records(), st.sampled_from(FIELDS), st.lists(st.sampled_from(FIELDS), max_size=4))
 def test_every_field_is_writable_after_any_reads(rec, other, name, read_first):
     got = decode_message(rec)
@@ -151,6 +165,13 @@ def test_every_field_is_writable_after_any_reads(rec, other, name, read_first):
     setattr(got, name, value)
     assert getattr(got, name) == value
     assert got == dataclasses.replace(eager_decode(rec), **{name: value})
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(records(), records(), st.sampled_from(FIELDS), st.lists(st.sampled_from(FIELDS), max_size=4))
+def test_every_field_is_writable_after_any_reads_many(rec, other, name, read_first):
+    test_every_field_is_writable_after_any_reads.hypothesis.inner_test(rec, other, name, read_first)
 
 
 # -- a MessageExt in every other way ------------------------------------------------------

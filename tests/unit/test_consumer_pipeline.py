@@ -17,7 +17,7 @@ import zmq
 from ipc.consumer import Consumer
 from ipc.received import RecordSpans
 from tests.unit.scripted_peer import Peer
-from tests.unit.test_client_consumer import records
+from tests.unit.test_consumer import records
 
 
 class QueueSim:
