@@ -19,24 +19,20 @@ import base64
 import struct
 from itertools import repeat
 
-from core.record.codec import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
+from core.record.layout import (
+    HEADER_V4 as _HEADER_V4, HEADERS as _HEADERS, I16 as _I16, I64 as _I64, MAGIC_V1, MAGIC_V2,
+    MIN_RECORD_SIZE, V6_BITS as _V6_BITS, host_lengths, picked_struct,
+)
 from core.record.message import (
-    DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6, MessageExt, bytes_to_host, string_to_properties,
+    DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt,
+    bytes_to_host, string_to_properties,
 )
 from core.record.crc_property import strip
 from core.record.scan import like_run_length
 
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
-# STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
-_HEADERS = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
-_HEADER_V4 = _HEADERS[8, 8]
-_LEAN = struct.Struct(">ii28xi44xi")     # TOTALSIZE MAGIC SYSFLAG BODYLEN of a v1 IPv4 record
+_LEAN = picked_struct(("total", "magic", "sys_flag", "body_len"))   # of a v1 IPv4 record
 _V4_SIZE = _HEADER_V4.size
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 RUN_MIN = 16                # from this many records of one size on, a run is split with numpy
-_I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
 
 
 class ReceivedMessage:
@@ -281,8 +277,7 @@ def _split_carefully(buf: bytes, pos: int, out: RecordSpans) -> None:
             h = _HEADER_V4.unpack_from(buf, pos)
             size = _V4_SIZE
             if h[7] & _V6_BITS:
-                header = _HEADERS[20 if h[7] & SYSFLAG_BORNHOST_V6 else 8,
-                                  20 if h[7] & SYSFLAG_STOREHOST_V6 else 8]
+                header = _HEADERS[host_lengths(h[7])]
                 h = header.unpack_from(buf, pos)
                 size = header.size
             total = h[0]

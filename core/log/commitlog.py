@@ -14,8 +14,9 @@ import threading
 import time
 
 from core.record.batch_encode import PreparedBatch
+from core.record.layout import HEADER_V4 as _HEADER_V4
 from core.record.codec import (
-    _HEADERS, _HOSTS, _I16, _TOPICS, BLANK_SIZE, MAGIC_V1, MAX_PROPERTIES_BYTES, PHYS_OFFSET_POS,
+    _HOSTS, _I16, _TOPICS, BLANK_SIZE, MAGIC_V1, MAX_PROPERTIES_BYTES, PHYS_OFFSET_POS,
     QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
     store_timestamp_position, write_blank, write_record,
 )
@@ -35,7 +36,6 @@ from core.files.prefault import NEVER, PrefaultAhead
 from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result
 from core.files.transient_pool import TransientStorePool
 
-_HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
 _APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
 
 

@@ -33,8 +33,9 @@ from itertools import chain
 
 import numpy as np
 
+from core.record.layout import DTYPES, MAGIC_V1
 from core.record.codec import (
-    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
+    TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
 )
 from core.record.crc import crc32, crc32_for_size
 from core.record.key_block import KeyBlock, block_problem, key_list
@@ -45,16 +46,6 @@ from core.status import PutMessageStatus
 _U8 = np.uint8
 
 
-def _header_dtype(born_len: int, store_len: int) -> np.dtype:
-    """The record header (codec._header_struct) as a packed big-endian numpy record."""
-    return np.dtype([
-        ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-        ("queue_offset", ">i8"), ("phys_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-        ("born_host", f"V{born_len}"), ("store_ts", ">i8"), ("store_host", f"V{store_len}"),
-        ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
-
-
-_DTYPES = {(b, s): _header_dtype(b, s) for b in (8, 20) for s in (8, 20)}
 _SHAPES: dict = {}          # _shape_key -> _Shape, oldest first
 SHAPES_KEPT = 128           # at most this many shapes (headers and tails: a few KiB each for 32)
 SHAPE_MAX_RECORDS = 1024    # larger batches are not kept
@@ -324,9 +315,9 @@ def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
                                  first.sys_flag, first.born_timestamp, first.born_host, 0,
                                  first.store_host, first.reconsume_times, first.prepared_offset,
                                  sizes[0])
-    rows = np.frombuffer(bytearray(template * n), _DTYPES[len(first.born_host), len(first.store_host)])
+    rows = np.frombuffer(bytearray(template * n), DTYPES[len(first.born_host), len(first.store_host)])
     sizes_a = np.array(sizes, np.int32)
-    rows["size"] = sizes_a + (first.size - sizes[0])
+    rows["total"] = sizes_a + (first.size - sizes[0])
     rows["body_len"] = sizes_a
     return rows
 

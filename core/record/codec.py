@@ -21,6 +21,11 @@ import struct
 from dataclasses import dataclass
 
 from core.record.crc import crc32
+from core.record.layout import (  # noqa: F401  (the format's constants, as callers import them)
+    BLANK_SIZE, BORN_HOST_POS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
+    MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, SYSFLAG_POS,
+    host_lengths, record_size, store_timestamp_position,
+)
 from core.record.hashing import tags_code
 from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, RESERVE, seal, strip, verify
 from core.record.message import (
@@ -29,50 +34,16 @@ from core.record.message import (
 )
 from core.status import PutMessageStatus
 
-MAGIC_V1 = -626843481          # 0xDAA320A7
-MAGIC_V2 = -626843477          # 0xDAA320AB
-MAGIC_BLANK = -875286124       # 0xCBD43194
-BLANK_SIZE = 8                 # END_FILE_MIN_BLANK_LENGTH
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this much
-QUEUE_OFFSET_POS = 20
-PHYS_OFFSET_POS = 28
-SYSFLAG_POS = 36
-BORN_HOST_POS = 48
 # RocketMQ's delay topic: a record of it with a DELAY level gets its delivery time (store
 # timestamp + the level's delay, messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
 # 10m 20m 30m 1h 2h", a level above 18 taken as 18) as consume-queue tag code (reference 2.13).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
                   420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
-
-_BLANK = struct.Struct(">ii")
-_HEAD = struct.Struct(">iii")            # TOTALSIZE, MAGIC, BODYCRC
-_SYSFLAG = struct.Struct(">i")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
 _INT_FIELDS = struct.Struct(">iiiqq")   # FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED
-
-
-def _header_struct(born_len: int, store_len: int) -> struct.Struct:
-    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST
-    # STORETS STOREHOST RECONSUME PREPARED BODYLEN
-    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
-
-
-_HEADERS = {(b, s): _header_struct(b, s) for b in (8, 20) for s in (8, 20)}
-
-
-def record_size(body_len: int, topic_len: int, props_len: int, born_v6=False, store_v6=False,
-                topic_len_bytes: int = 1) -> int:
-    """TOTALSIZE: 91 + body + topic + properties for IPv4 hosts, +12 per IPv6 host."""
-    return (90 + topic_len_bytes + body_len + topic_len + props_len
-            + (12 if born_v6 else 0) + (12 if store_v6 else 0))
-
-
-MIN_RECORD_SIZE = record_size(0, 0, 0)     # 91: the smallest TOTALSIZE a record can have
 
 
 @dataclass(slots=True)
@@ -240,7 +211,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     if size > max_message_size + TOTAL_SIZE_SLACK:
         return PutMessageStatus.MESSAGE_ILLEGAL
     return PreparedRecord(
-        size, _HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
+        size, HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
         msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
         tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
@@ -363,14 +334,6 @@ def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_me
     return bytes(buf)
 
 
-def host_lengths(sys_flag: int) -> tuple[int, int]:
-    return (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8), (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
-
-
-def store_timestamp_position(sys_flag: int) -> int:
-    return BORN_HOST_POS + host_lengths(sys_flag)[0]
-
-
 def _read_topic(buf, p: int, magic: int) -> tuple[str, int]:
     """TOPICLENGTH (1 byte in v1, 2 in v2) and TOPIC at `p`; (topic, position after it)."""
     if magic == MAGIC_V1:
@@ -406,7 +369,7 @@ class RecordCheck:
 def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     """The record at `pos` (not reading past `limit`), read once with every check of
     `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
-    record, `header` the fields as `_HEADERS` unpacks them, `properties` without the CRC
+    record, `header` the fields as `core.record.layout.HEADERS` unpacks them, `properties` without the CRC
     property; otherwise (RecordCheck.BLANK, END or CORRUPT, the size `check_record` gives,
     None, 0, None, None). `check_crc` is a check mode of `core.record.crc_property` (False, True,
     FORCED)."""
@@ -420,7 +383,7 @@ def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
         return RecordCheck.END, 0, None, 0, None, None
     try:
-        header = _HEADERS[host_lengths(_SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0])]
+        header = HEADERS[host_lengths(_I32.unpack_from(buf, pos + SYSFLAG_POS)[0])]
         h = header.unpack_from(buf, pos)
         body_at = pos + header.size
         body_len = h[14]

@@ -10,19 +10,20 @@ import struct
 from dataclasses import fields
 from operator import attrgetter
 
-from core.record.codec import _HEADERS, _I64, MAGIC_V1, MAGIC_V2, host_lengths
 from core.record.crc import crc32
 from core.record.crc_property import strip
+from core.record.layout import (
+    BODY_POS as _BODY_POS, HEADERS, I64 as _I64, MAGIC_V1, MAGIC_V2, V6_BITS as _V6_BITS, host_lengths,
+    picked_struct,
+)
 from core.record.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, MessageExt,
-    bytes_to_host, string_to_properties,
+    PROPERTY_KEYS, PROPERTY_TAGS, MessageExt, bytes_to_host, string_to_properties,
 )
 
 # TOTALSIZE MAGIC BODYCRC SYSFLAG BODYLEN: what `decode_message` checks, by (sys_flag >> 4) & 3.
-_FRAMES = tuple(struct.Struct(f">iii24xi{_HEADERS[host_lengths(f << 4)].size - 44}xi") for f in range(4))
+_FRAMES = tuple(picked_struct(("total", "magic", "crc", "sys_flag", "body_len"), *host_lengths(f << 4))
+                for f in range(4))
 _FRAME_V4 = _FRAMES[0]
-_BODY_POS = tuple(_HEADERS[host_lengths(f << 4)].size for f in range(4))
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _TOPIC_STRS: dict = {}
 
 
@@ -57,7 +58,7 @@ class LazyMessageExt(MessageExt):
         if self._h is False:                       # from `pulled_messages`: check it now
             _frame_end(rec, 0)
         self._t = self._body = None
-        self._h = h = _HEADERS[host_lengths(rec[39])].unpack_from(rec)     # SYSFLAG's low byte
+        self._h = h = HEADERS[host_lengths(rec[39])].unpack_from(rec)     # SYSFLAG's low byte
         return h
 
     def _tail(self) -> tuple:

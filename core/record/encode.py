@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 
 from core.record.codec import (
-    _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
+    HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
     _properties_string, is_body, prepare_record, with_reserve, write_record,
 )
 from core.record.crc import crc32
@@ -72,7 +72,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc:
         size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
         if size > max_message_size + TOTAL_SIZE_SLACK:
             return _general(msg, max_message_size, store_host_bytes, prop_crc)
-        header = _HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
+        header = HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
             size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sys_flag,
             msg.born_timestamp, born, 0, store_host_bytes, msg.reconsume_times,
             msg.prepared_transaction_offset, body_len)

@@ -28,8 +28,6 @@ ten CRC digits, and a run's digits are read in one numpy step (`run_crcs_ok`).
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from core.record.body_crc import MAX_ROW, crc32_rows, crc32_spans
@@ -38,24 +36,17 @@ from core.record.codec import (
     check_record, schedule_tag_code,
 )
 from core.record.crc import crc32
-from core.record.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.record.layout import DTYPE_V4, FRAME, HEADER_V4, V6_BITS as _V6_BITS
 from core.record.crc_property import CRC32_RESERVED_LEN, FORCED, LABEL, run_crcs_ok, verify
 from core.record.props import PROPS, TOPICS, properties, topic_of, uniq_span
 from core.record.scan_batch import Run, ScanBatch
 
 NUMPY_MIN_RECORDS = 12            # fewer fast-path records are checked with struct, one by one
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
-# STOREHOST RECONSUME PREPARED BODYLEN, for IPv4 hosts: 88 bytes.
-_HEADER_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
+_HEADER_V4 = HEADER_V4            # IPv4 hosts: 88 bytes
 _HEAD_SIZE = _HEADER_V4.size
-_HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-    ("prepared", ">i8"), ("body_len", ">i4")])
+_HEADER_DTYPE = DTYPE_V4
 _HEADER_BYTES = np.arange(_HEAD_SIZE, dtype=np.int64)
-_FRAME = struct.Struct(">ii")
+_FRAME = FRAME
 
 
 class ScanEnd:

@@ -11,22 +11,14 @@ are not a record raise ValueError.
 """
 from __future__ import annotations
 
-import struct
-
-from core.record.codec import MAGIC_V1, MAGIC_V2, host_lengths
 from core.record.crc_property import strip
-from core.record.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, bytes_to_host,
-    string_to_properties,
+from core.record.layout import (
+    HEADER_V4 as _HEADER_V4, HEADERS as _HEADERS, I16 as _I16, MAGIC_V1, MAGIC_V2,
+    V6_BITS as _V6_BITS, host_lengths,
 )
+from core.record.message import PROPERTY_KEYS, PROPERTY_TAGS, bytes_to_host, string_to_properties
 
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
-# STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
-_HEADERS = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
-_HEADER_V4 = _HEADERS[8, 8]
 _V4_SIZE = _HEADER_V4.size
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_I16 = struct.Struct(">h")
 _CACHE_LIMIT = 4096
 
 
