@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 
 from core.record.crc import crc32
+from core.record.stop import Stop
 from core.record.layout import (  # noqa: F401  (the format's constants, as callers import them)
     BLANK_SIZE, BORN_HOST_POS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
     MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, SYSFLAG_POS,
@@ -359,57 +360,53 @@ class DispatchRequest:
     prepared_transaction_offset: int
 
 
-class RecordCheck:
-    """Outcomes of `check_record` besides a DispatchRequest."""
-    BLANK = "blank"        # end-of-file filler: continue at the next segment
-    END = "end"            # zeros, a foreign magic or a torn tail: the log ends here
-    CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
+RecordCheck = Stop         # check_record's outcomes: Stop.BLANK, END or CORRUPT
 
 
 def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     """The record at `pos` (not reading past `limit`), read once with every check of
     `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
     record, `header` the fields as `core.record.layout.HEADERS` unpacks them, `properties` without the CRC
-    property; otherwise (RecordCheck.BLANK, END or CORRUPT, the size `check_record` gives,
+    property; otherwise (Stop.BLANK, END or CORRUPT, the size `check_record` gives,
     None, 0, None, None). `check_crc` is a check mode of `core.record.crc_property` (False, True,
     FORCED)."""
     if limit - pos < 8:
-        return RecordCheck.END, 0, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     total, magic = _BLANK.unpack_from(buf, pos)
     if magic == MAGIC_BLANK:
         if 8 <= total <= limit - pos:
-            return RecordCheck.BLANK, total, None, 0, None, None
-        return RecordCheck.END, 0, None, 0, None, None
+            return Stop.BLANK, total, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
-        return RecordCheck.END, 0, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     try:
         header = HEADERS[host_lengths(_I32.unpack_from(buf, pos + SYSFLAG_POS)[0])]
         h = header.unpack_from(buf, pos)
         body_at = pos + header.size
         body_len = h[14]
         if body_len < 0 or body_at + body_len > pos + total:
-            return RecordCheck.CORRUPT, total, None, 0, None, None
+            return Stop.CORRUPT, total, None, 0, None, None
         topic, p = _read_topic(buf, body_at + body_len, magic)
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0 or p + props_len - pos != total:
-            return RecordCheck.CORRUPT, total, None, 0, None, None
+            return Stop.CORRUPT, total, None, 0, None, None
         if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)
                           or not verify(buf, pos, total, check_crc,
                                         lambda: crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF == h[2])):
-            return RecordCheck.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
+            return Stop.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
         props = string_to_properties(strip(bytes(buf[p:p + props_len])).decode("utf-8")) \
             if props_len else {}
     except (struct.error, UnicodeDecodeError, IndexError, KeyError):
-        return RecordCheck.CORRUPT, total, None, 0, None, None
+        return Stop.CORRUPT, total, None, 0, None, None
     return None, total, h, body_at, topic, props
 
 
 def check_record(buf, pos: int, limit: int, check_crc):
     """Parse the record at `pos` (not reading past `limit`).
 
-    Returns (DispatchRequest, size) for a valid record, (RecordCheck.BLANK, size) for a blank,
-    (RecordCheck.END, 0) where no record starts, and (RecordCheck.CORRUPT, size) for a framed
+    Returns (DispatchRequest, size) for a valid record, (Stop.BLANK, size) for a blank,
+    (Stop.END, 0) where no record starts, and (Stop.CORRUPT, size) for a framed
     record that fails its checks.
     """
     outcome, total, h, _, topic, props = parse_record(buf, pos, limit, check_crc)
