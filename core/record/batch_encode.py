@@ -1,4 +1,6 @@
-"""A batch's records encoded as columns: one set of numpy operations for the whole batch.
+"""A batch's records encoded: `encode_batch`, the one entry for a batch, and the strategies it
+chooses among; the fast one is the batch as columns: one set of numpy operations for the whole
+batch.
 
 A producer's batch (the `put_batch` bodies frame, or `MessageStore.put_messages` of messages
 alike but for body and UNIQ_KEY) is records that share every header field and every
@@ -30,6 +32,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -40,7 +43,7 @@ from core.record.codec import (
 from core.record.crc import crc32, crc32_for_size
 from core.record.key_block import KeyBlock, block_problem, key_list
 from core.record.crc_property import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
-from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
+from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, Message, has_delay_level
 from core.status import PutMessageStatus
 
 _U8 = np.uint8
@@ -158,6 +161,85 @@ class PreparedBatch:
         if queue_offset is None:
             positions[:, 0] = 0
         rows["positions"] = positions
+
+
+# The fields a batch's messages must share to be encoded once (`prepare_batch`).
+_SHARED_FIELDS = attrgetter("topic", "queue_id", "tags", "keys", "flag", "born_timestamp",
+                            "born_host", "store_host", "sys_flag", "reconsume_times",
+                            "prepared_transaction_offset")
+_PROPERTIES = attrgetter("properties")
+_BODY = attrgetter("body")
+_UNIQ = itemgetter(PROPERTY_UNIQ_KEY)
+_MESSAGE_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Message)))
+
+
+def batch_template(msgs):
+    """(template, UNIQ_KEYs or None) when the messages differ only in body and UNIQ_KEY, so
+    that the batch is encoded once (`prepare_batch_records`); None otherwise. Each test runs over the
+    whole batch at once (map, list.count)."""
+    n = len(msgs)
+    shared_fields = list(map(_SHARED_FIELDS, msgs))
+    if shared_fields.count(shared_fields[0]) != n:
+        return None
+    first = msgs[0]
+    all_props = list(map(_PROPERTIES, msgs))
+    props = all_props[0] or {}
+    if len(props) > 1:
+        # The template writes the first message's properties in their order, the UNIQ_KEY
+        # last: only for messages that give them so (dict equality ignores order).
+        try:
+            orders = list(map(tuple, all_props))
+        except TypeError:                              # a message without properties
+            return None
+        if orders.count(orders[0]) != n or (PROPERTY_UNIQ_KEY in props
+                                             and orders[0][-1] != PROPERTY_UNIQ_KEY):
+            return None
+    if PROPERTY_UNIQ_KEY not in props:
+        if all_props.count(all_props[0]) != n:
+            return None
+        return _copy_message(first), None
+    try:
+        lengths = list(map(len, all_props))
+        keys = list(map(_UNIQ, all_props))
+    except (TypeError, LookupError):                   # no properties, or no UNIQ_KEY
+        return None
+    if lengths.count(len(props)) != n or list(map(type, keys)).count(str) != n:
+        return None
+    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY} if len(props) > 1 else {}
+    if shared and not all(shared.items() <= p.items() for p in all_props):   # None values too
+        return None
+    template = _copy_message(first)
+    template.properties = shared
+    return template, keys
+
+
+def _copy_message(msg):
+    """copy.copy of a message, without the reduce protocol for a plain Message."""
+    return Message(*_MESSAGE_FIELDS(msg)) if msg.__class__ is Message else copy.copy(msg)
+
+
+def encode_batch(msgs: list, max_message_size: int, store_host_bytes: bytes | None = None,
+                 prop_crc: bool = False, bodies: list | None = None, uniq_keys=None, block=None,
+                 sizes: list | None = None):
+    """The one entry for encoding a batch (one topic and queue, appended as one unit): a
+    PreparedBatch or a list of PreparedRecords, or the PutMessageStatus refusing it. The way is
+    chosen here: as columns when the records are alike but for body and UNIQ_KEY, else record
+    by record (`prepare_batch_records`), else each message on its own (`prepare_each`).
+
+    `msgs` are the messages; or, with `bodies` (the put_batch frame, docs/PROTOCOL.md), one
+    message standing for all of them, with `uniq_keys` (a list or a KeyBlock), `block` (the
+    bodies back to back) and `sizes` (their lengths) as `prepare_batch_records` takes them."""
+    if bodies is not None:
+        return prepare_batch_records(msgs[0], bodies, max_message_size, store_host_bytes, uniq_keys,
+                                     block, sizes, prop_crc)
+    shared = batch_template(msgs)
+    if shared is not None:
+        return prepare_batch_records(shared[0], list(map(_BODY, msgs)), max_message_size,
+                                     store_host_bytes, shared[1], prop_crc=prop_crc)
+    first = msgs[0]
+    if any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return prepare_each(msgs, max_message_size, store_host_bytes, prop_crc)
 
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
