@@ -36,9 +36,9 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from core.record.layout import DTYPES, MAGIC_V1
+from core.record.layout import DTYPES
 from core.record.codec import (
-    TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
+    TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at, write_header,
 )
 from core.record.crc import crc32, crc32_for_size
 from core.record.key_block import KeyBlock, block_problem, key_list
@@ -393,10 +393,8 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
 def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
     """The n headers with every field but the ones each batch sets (CRC, positions, store
     timestamp): the first record's header repeated, then the size of each."""
-    template = first.header.pack(first.size, MAGIC_V1, 0, first.queue_id, first.flag, 0, 0,
-                                 first.sys_flag, first.born_timestamp, first.born_host, 0,
-                                 first.store_host, first.reconsume_times, first.prepared_offset,
-                                 sizes[0])
+    template = bytearray(first.header.size)
+    write_header(template, 0, first, 0, 0, 0)           # its CRC is set per batch (`_set`)
     rows = np.frombuffer(bytearray(template * n), DTYPES[len(first.born_host), len(first.store_host)])
     sizes_a = np.array(sizes, np.int32)
     rows["total"] = sizes_a + (first.size - sizes[0])

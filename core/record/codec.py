@@ -299,16 +299,22 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
     return out
 
 
+def write_header(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
+                 store_timestamp: int) -> int:
+    """Pack the fixed header of `rec` into `buf` at `pos`; return where its body goes."""
+    header = rec.header
+    header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag, queue_offset,
+                     phys_offset, rec.sys_flag, rec.born_timestamp, rec.born_host, store_timestamp,
+                     rec.store_host, rec.reconsume_times, rec.prepared_offset, len(rec.body))
+    return pos + header.size
+
+
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
                  store_timestamp: int, sealed: bool = True) -> int:
     """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve, unless
     not `sealed`: bytes whose position fields are set later); return the position after it."""
     body = rec.body
-    rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
-                         queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
-                         rec.born_host, store_timestamp, rec.store_host, rec.reconsume_times,
-                         rec.prepared_offset, len(body))
-    p = pos + rec.header.size
+    p = write_header(buf, pos, rec, queue_offset, phys_offset, store_timestamp)
     end = p + len(body)
     buf[p:end] = body
     tail_end = end + len(rec.tail)
