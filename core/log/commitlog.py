@@ -17,7 +17,7 @@ from core.record.layout import (
     BLANK_SIZE, PHYS_OFFSET_POS, POSITIONS as _POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP as _STORE_TS,
     store_timestamp_position,
 )
-from core.record.codec import PreparedRecord, prepare_record, read_i32, read_i64, write_blank, write_record
+from core.record.codec import PreparedRecord, PreparedRecords, prepare_record, read_i32, read_i64, write_blank
 from core.files.cache_window import UnmapBehind
 from core.record.crc_property import seal
 from core.record.encode import encode_prepared, encode_record
@@ -115,7 +115,9 @@ class CommitLog:
 
     def append_batch(self, recs: list[PreparedRecord] | PreparedBatch) -> AppendMessageResult:
         """Append records of one topic and queue as one unit, all in one segment."""
-        total = recs.total if recs.__class__ is PreparedBatch else sum(r.size for r in recs)
+        if recs.__class__ is list:
+            recs = PreparedRecords(recs)          # record by record (tests pass a plain list)
+        total = recs.total
         if total + BLANK_SIZE > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
@@ -132,8 +134,7 @@ class CommitLog:
             return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
         pos = mf.wrote_position
         target = self._target
-        columns = recs.__class__ is PreparedBatch
-        first = recs.first if columns else recs[0]
+        first = recs.first
         key = (first.topic, first.queue_id)
         table = self.topic_queue_table
         qoff = table.get(key, 0)
@@ -141,13 +142,8 @@ class CommitLog:
         wrote_offset = base + pos
         counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
         q = qoff + len(recs) if counted else qoff
-        if columns:
-            pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
-            sizes = recs.record_sizes
-        else:
-            for i, rec in enumerate(recs):
-                pos = write_record(target, pos, rec, qoff + i if counted else 0, base + pos, store_ts)
-            sizes = tuple(r.size for r in recs)
+        pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
+        sizes = recs.record_sizes
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
         if counted:

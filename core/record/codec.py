@@ -21,6 +21,10 @@ import struct
 from dataclasses import dataclass
 
 from core.record.crc import crc32
+from core.record.props import (  # noqa: F401  (the builder under its old names, for callers)
+    properties_string, properties_string as _properties_string,
+    properties_string_general as _properties_string_general,
+)
 from core.record.stop import Stop
 from core.record.layout import (  # noqa: F401  (the format's constants, as callers import them)
     BLANK_SIZE, BORN_HOST_POS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
@@ -101,65 +105,6 @@ def _topic_head(topic: str) -> bytes:
     return head
 
 
-def _properties_string(msg) -> tuple[str, int, str | None, str]:
-    """(property string, number of pairs written, TAGS, KEYS) of a message.
-
-    The common message (string properties without TAGS or KEYS among them) is joined in C;
-    anything else goes through `_properties_string_general`, which gives the same string."""
-    props = msg.properties
-    if not props:
-        return _properties_string_general(msg)
-    tags = msg.tags
-    keys = msg.keys
-    if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
-            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props)):
-        return _properties_string_general(msg)
-    try:
-        s = "\x02".join(map("\x01".join, props.items())) + "\x02"
-    except TypeError:                       # a value that is not a str (or None): format it
-        return _properties_string_general(msg)
-    n = len(props)
-    if tags:
-        s += "TAGS\x01" + tags + "\x02"
-        n += 1
-    else:
-        tags = props.get(PROPERTY_TAGS)
-    if keys:
-        s += "KEYS\x01" + keys + "\x02"
-        n += 1
-    else:
-        keys = props.get(PROPERTY_KEYS) or ""
-    return s, n, tags, keys
-
-
-def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
-    """`_properties_string` for any message: KEYS a str as given (RocketMQ's setKeys(String)) or
-    a list joined by single spaces, empty ones dropped; TAGS and KEYS set over the properties of
-    those names, None values left out."""
-    tags = msg.tags
-    keys = msg.keys
-    if keys is not None and not isinstance(keys, str):
-        keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
-    if msg.properties:
-        props = dict(msg.properties)
-        if tags:
-            props[PROPERTY_TAGS] = tags
-        if keys:
-            props[PROPERTY_KEYS] = keys
-        pairs = [(k, v) for k, v in props.items() if v is not None]
-        return "".join(f"{k}\x01{v}\x02" for k, v in pairs), len(pairs), props.get(PROPERTY_TAGS), \
-            props.get(PROPERTY_KEYS) or ""
-    s = ""
-    n = 0
-    if tags:
-        s = "TAGS\x01" + tags + "\x02"
-        n = 1
-    if keys:
-        s += "KEYS\x01" + keys + "\x02"
-        n += 1
-    return s, n, tags, keys or ""
-
-
 def is_body(body) -> bool:
     """Whether `body` can be a message body: bytes, a bytearray, or a C-contiguous memoryview
     of single bytes (`len` must count its bytes: a view of wider items would not)."""
@@ -184,7 +129,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
             or not 0 <= queue_id < (1 << 31):
         return PutMessageStatus.MESSAGE_ILLEGAL
     try:
-        props_s, pairs, tags, keys = _properties_string(msg)
+        props_s, pairs, tags, keys = properties_string(msg)
         tag_hash = tags_code(tags)
     except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
         return PutMessageStatus.MESSAGE_ILLEGAL
@@ -322,6 +267,35 @@ def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_off
     if sealed and rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
         seal(buf, pos, rec.size)
     return tail_end
+
+
+class PreparedRecords(list):
+    """A batch prepared record by record (`prepare_batch`, `prepare_each`): a list of
+    PreparedRecords that writes itself as `core.record.batch_encode.PreparedBatch` does, so
+    that the CommitLog appends either alike."""
+    __slots__ = ()
+
+    @property
+    def first(self) -> PreparedRecord:
+        return self[0]
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self)
+
+    def write(self, buf, pos: int, queue_offset: int | None, phys_offset: int,
+              store_timestamp: int) -> int:
+        """Write the records at `pos` of `buf`, the first at `phys_offset` with `queue_offset`
+        (None: 0 for all, a transaction's prepared or rollback record); return the end."""
+        at = phys_offset - pos
+        for i, rec in enumerate(self):
+            pos = write_record(buf, pos, rec, 0 if queue_offset is None else queue_offset + i,
+                               at + pos, store_timestamp)
+        return pos
+
+    @property
+    def record_sizes(self) -> tuple:
+        return tuple(r.size for r in self)
 
 
 def write_blank(buf, pos: int, length: int) -> None:
