@@ -16,6 +16,7 @@ from core.record.layout import (
     BODY_POS as _BODY_POS, HEADERS, I64 as _I64, MAGIC_V1, MAGIC_V2, V6_BITS as _V6_BITS, host_lengths,
     picked_struct,
 )
+from core.record.props import topic_of
 from core.record.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, MessageExt, bytes_to_host, string_to_properties,
 )
@@ -24,17 +25,12 @@ from core.record.message import (
 _FRAMES = tuple(picked_struct(("total", "magic", "crc", "sys_flag", "body_len"), *host_lengths(f << 4))
                 for f in range(4))
 _FRAME_V4 = _FRAMES[0]
-_TOPIC_STRS: dict = {}
 
 
 def _topic_str(raw: bytes) -> str:
-    """TOPIC bytes -> str, cached (a store holds few topics)."""
-    topic = _TOPIC_STRS.get(raw)
-    if topic is None:
-        topic = raw.decode("utf-8")
-        if len(_TOPIC_STRS) < 65536:
-            _TOPIC_STRS[raw] = topic
-    return topic
+    """TOPIC bytes -> str through the topic cache of `core.record.props`; UnicodeDecodeError
+    for bytes that are not UTF-8."""
+    return topic_of(raw) or raw.decode("utf-8")
 
 
 class LazyMessageExt(MessageExt):

@@ -95,7 +95,6 @@ _MISSING = object()
 
 TOPICS: dict[bytes, str | None] = {}
 PROPS: dict[bytes, tuple | None] = {}
-_TAG_CODES: dict[str, int] = {}
 
 
 def _memo(cache: dict, key, compute):
@@ -128,7 +127,7 @@ def _parse_properties(raw: bytes) -> tuple | None:
     except UnicodeDecodeError:
         return None
     tags = found.get("TAGS")
-    return _memo(_TAG_CODES, tags, tags_code) if tags else 0, found.get("KEYS", ""), \
+    return tags_code(tags), found.get("KEYS", ""), \
         found.get("UNIQ_KEY", "")
 
 

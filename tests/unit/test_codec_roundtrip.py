@@ -94,26 +94,3 @@ def test_a_torn_record_is_refused_by_the_checked_parse(msg, cut):
     if isinstance(req, DispatchRequest):
         assert cut >= body_end
 
-
-loose_values = st.one_of(plain_text, st.none(), st.integers(-5, 5), st.just(""))
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.one_of(plain_text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY"])),
-                       loose_values, max_size=5),
-       st.one_of(st.none(), st.just(""), plain_text, st.integers(1, 9)),
-       st.one_of(st.none(), st.just(""), st.just(" a  b "), st.lists(key_tokens, max_size=3),
-                 key_tokens))
-def test_fast_property_string_equals_the_general_one(props, tags, keys):
-    """`_properties_string` joins the common message in C; for any message it must give what
-    `_properties_string_general` gives (TAGS/KEYS over properties, None values, non-str
-    values and tags, KEYS to normalize)."""
-    from core.record.codec import _properties_string, _properties_string_general
-
-    def outcome(f):
-        try:
-            return f(msg)
-        except TypeError:                  # refused (prepare_record: MESSAGE_ILLEGAL)
-            return TypeError
-    msg = Message("T", b"", tags=tags, keys=keys, properties=props)
-    assert outcome(_properties_string) == outcome(_properties_string_general)
