@@ -24,7 +24,7 @@ from core.record.encode import encode_prepared, encode_record
 from core.files.fileops import FileOps
 from core.files.mapped_file_queue import MappedFileQueue
 from core.record.message import (
-    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET, host_to_bytes,
 )
 from core.files.prefault import NEVER, PrefaultAhead
@@ -32,6 +32,8 @@ from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStat
 from core.files.transient_pool import TransientStorePool
 
 _APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
+_STORE_TS_V4 = store_timestamp_position(0)                     # 56
+_STORE_TS_V6 = store_timestamp_position(SYSFLAG_BORNHOST_V6)   # 68, after an IPv6 born host
 
 
 def now_ms() -> int:
@@ -102,8 +104,10 @@ class CommitLog:
                 else:
                     qoff = 0
                 _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
-                _STORE_TS.pack_into(target, pos + store_timestamp_position(sys_flag), store_ts)
-                seal(target, pos, size)                  # when it has the CRC reserve
+                _STORE_TS.pack_into(target, pos + (_STORE_TS_V6 if sys_flag & SYSFLAG_BORNHOST_V6 else _STORE_TS_V4),
+                                    store_ts)
+                if self.prop_crc:
+                    seal(target, pos, size)              # it has the CRC reserve
                 mf.wrote_position = end
                 mf.store_timestamp = store_ts
                 if phys + size >= self._prefault_at:
