@@ -27,7 +27,7 @@ from core.record.props import (  # noqa: F401  (the builder under its old names,
 )
 from core.record.stop import Stop
 from core.record.layout import (  # noqa: F401  (the format's constants, as callers import them)
-    BLANK_SIZE, BORN_HOST_POS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
+    BLANK_SIZE, BORN_HOST_POS, FIELDS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
     MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, SYSFLAG_POS,
     host_lengths, record_size, store_timestamp_position,
 )
@@ -48,7 +48,9 @@ TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this m
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
                   420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
-_INT_FIELDS = struct.Struct(">iiiqq")   # FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED
+# FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED: packed only to check that each fits its field
+_INT_FIELDS = struct.Struct(">" + "".join(dict(FIELDS)[n] for n in ("flag", "sys_flag", "reconsume", "born_ts",
+                                                                    "prepared")))
 
 
 @dataclass(slots=True)
