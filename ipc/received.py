@@ -18,7 +18,7 @@ import base64
 from dataclasses import fields
 from operator import attrgetter
 
-from core.record.decode import LazyMessageExt
+from core.record.decode import FrameView
 from core.record.message import DEFAULT_HOST, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, MessageExt
 from core.record.split import (  # noqa: F401  (the split's parts, as tests reach them here)
     RUN_MIN, RecordSpans as _Spans, _split_carefully, _take_run, find_records as _find_records,
@@ -29,7 +29,7 @@ _FIELD_VALUES = attrgetter(*_NAMES)
 _PROPERTIES_AT = _NAMES.index("properties")
 
 
-class ReceivedMessage(LazyMessageExt):
+class ReceivedMessage(FrameView):
     """One stored message of a pull reply, decoded on demand from the frame: the store's lazy
     record view (`core.record.decode.LazyMessageExt`, a `core.MessageExt`), made by
     `split_records` over the frame with its body position and length known from the split;

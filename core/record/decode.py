@@ -25,6 +25,7 @@ from core.record.message import (
 _FRAMES = tuple(picked_struct(("total", "magic", "crc", "sys_flag", "body_len"), *host_lengths(f << 4))
                 for f in range(4))
 _FRAME_V4 = _FRAMES[0]
+_V4_BODY = _BODY_POS[0]
 
 
 def _topic_str(raw: bytes) -> str:
@@ -93,6 +94,20 @@ class LazyMessageExt(MessageExt):
 
     def __reduce__(self):
         return MessageExt, _field_values(self)
+
+
+class FrameView(LazyMessageExt):
+    """A LazyMessageExt over a record inside a frame of records (`core.record.split`), made
+    with its body position and length: `FrameView(frame, body_pos, body_len)` for a version-1
+    record with IPv4 hosts, whose header has not been unpacked; `view_at` for any other."""
+    __slots__ = ()
+
+    def __init__(self, buf: bytes, body_pos: int, body_len: int):
+        self._buf = buf
+        self._at = body_pos - _V4_BODY
+        self._p = body_pos
+        self._n = body_len
+        self._h = self._t = None
 
 
 def _header_field(get, i: int):

@@ -1,7 +1,7 @@
 """The records of a pull reply's frame (the "raw" format, docs/FORMAT.md: stored records
 concatenated), found and checked without an object per record: `find_records` gives a
 `RecordSpans` (where each body starts and how long it is), whose `views` are lazy record
-views (`core.record.decode.LazyMessageExt`; the client's `ipc.received.ReceivedMessage`).
+views (`core.record.decode.FrameView`, a LazyMessageExt; the client's `ipc.received.ReceivedMessage`).
 
 Splitting a frame reads four fields of each record (TOTALSIZE, the step to the next record;
 MAGIC; SYSFLAG; BODYLEN), with one struct call per record or, for a run of records of one
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from itertools import repeat
 
-from core.record.decode import LazyMessageExt, view_at
+from core.record.decode import FrameView, view_at
 from core.record.layout import (
     BODY_POS, HEADER_V4 as _HEADER_V4, HEADERS as _HEADERS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE,
     V6_BITS as _V6_BITS, host_lengths, picked_struct,
@@ -30,7 +30,7 @@ class RecordSpans:
     object per record yet. `views` makes the views: of class `view` (ipc.received's subclass
     names its ReceivedMessage)."""
     __slots__ = ("buf", "starts", "lens", "heads")
-    view = LazyMessageExt
+    view = FrameView
 
     def __init__(self, buf: bytes):
         self.buf = buf
@@ -43,8 +43,7 @@ class RecordSpans:
 
     def views(self) -> list:
         n, heads, buf, cls = len(self.starts), self.heads, self.buf, self.view
-        out = list(map(view_at, repeat(cls, n), repeat(buf, n), [p - _V4_SIZE for p in self.starts],
-                       self.starts, self.lens, repeat(None, n)))
+        out = list(map(cls, repeat(buf, n), self.starts, self.lens))
         for i, h in heads.items():
             p = self.starts[i]
             out[i] = view_at(cls, buf, p - BODY_POS[(h[7] >> 4) & 3], p, self.lens[i], h)
