@@ -34,7 +34,7 @@ from core.record.layout import (  # noqa: F401  (the format's constants, as call
 from core.record.hashing import tags_code
 from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, RESERVE, seal, strip, verify
 from core.record.message import (
-    KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+    PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
 )
 from core.status import PutMessageStatus
