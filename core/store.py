@@ -10,16 +10,15 @@ reader process keeps when the store runs as services (core.meta.consumer_offsets
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import errno
 import logging
 import time
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from core.log.checkpoint import StoreCheckpoint
 from core.record import refusal as why
-from core.record.batch_encode import prepare_batch_records, prepare_each
+from core.record.batch_encode import encode_batch
 from core.log.commitlog import CommitLog, append_status_to_put
 from core.config import ConfigError, StoreConfig
 from core.log.store_format import check_store_format
@@ -30,7 +29,6 @@ from core.delay.put import delay_rules, delayed_put
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService, ScheduleService
 from core.files.fileops import REAL_FILE_OPS, FileOps
 from core.log.index_service import IndexService
-from core.record.message import PROPERTY_UNIQ_KEY, Message
 from core.read.store_reader import StoreReader
 from core.log.recovery import rebuild_topic_queue_table, recover_store
 from core.running_flags import DISK_FULL, RunningFlags
@@ -56,59 +54,7 @@ _PUT_OK = S.PUT_OK
 _APPENDED = AppendMessageStatus.PUT_OK
 
 
-# The fields a batch's messages must share to be encoded once (`prepare_batch`).
-_SHARED_FIELDS = attrgetter("topic", "queue_id", "tags", "keys", "flag", "born_timestamp",
-                            "born_host", "store_host", "sys_flag", "reconsume_times",
-                            "prepared_transaction_offset")
-_PROPERTIES = attrgetter("properties")
 _BODY = attrgetter("body")
-_UNIQ = itemgetter(PROPERTY_UNIQ_KEY)
-_MESSAGE_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Message)))
-
-
-def _batch_template(msgs):
-    """(template, UNIQ_KEYs or None) when the messages differ only in body and UNIQ_KEY, so
-    that the batch is encoded once (`prepare_batch`); None otherwise. Each test runs over the
-    whole batch at once (map, list.count)."""
-    n = len(msgs)
-    shared_fields = list(map(_SHARED_FIELDS, msgs))
-    if shared_fields.count(shared_fields[0]) != n:
-        return None
-    first = msgs[0]
-    all_props = list(map(_PROPERTIES, msgs))
-    props = all_props[0] or {}
-    if len(props) > 1:
-        # The template writes the first message's properties in their order, the UNIQ_KEY
-        # last: only for messages that give them so (dict equality ignores order).
-        try:
-            orders = list(map(tuple, all_props))
-        except TypeError:                              # a message without properties
-            return None
-        if orders.count(orders[0]) != n or (PROPERTY_UNIQ_KEY in props
-                                             and orders[0][-1] != PROPERTY_UNIQ_KEY):
-            return None
-    if PROPERTY_UNIQ_KEY not in props:
-        if all_props.count(all_props[0]) != n:
-            return None
-        return _copy_message(first), None
-    try:
-        lengths = list(map(len, all_props))
-        keys = list(map(_UNIQ, all_props))
-    except (TypeError, LookupError):                   # no properties, or no UNIQ_KEY
-        return None
-    if lengths.count(len(props)) != n or list(map(type, keys)).count(str) != n:
-        return None
-    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY} if len(props) > 1 else {}
-    if shared and not all(shared.items() <= p.items() for p in all_props):   # None values too
-        return None
-    template = _copy_message(first)
-    template.properties = shared
-    return template, keys
-
-
-def _copy_message(msg):
-    """copy.copy of a message, without the reduce protocol for a plain Message."""
-    return Message(*_MESSAGE_FIELDS(msg)) if msg.__class__ is Message else copy.copy(msg)
 
 
 def _bodies_size(bodies) -> int:
@@ -336,15 +282,7 @@ class MessageStore:
         if _bodies_size(bodies) > max_size:
             return PutMessageResult(S.MESSAGE_ILLEGAL, None,
                                     why.batch_too_large(_bodies_size(bodies), max_size))
-        shared = _batch_template(msgs)
-        if shared is not None:
-            recs = prepare_batch_records(shared[0], bodies, max_size,
-                                         self.commitlog.store_host_bytes, shared[1],
-                                         prop_crc=self.commitlog.prop_crc)
-        elif any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
-            return PutMessageResult(S.MESSAGE_ILLEGAL, None, "a batch's messages share one topic and queue")
-        else:
-            recs = prepare_each(msgs, max_size, self.commitlog.store_host_bytes, self.commitlog.prop_crc)
+        recs = encode_batch(msgs, max_size, self.commitlog.store_host_bytes, self.commitlog.prop_crc)
         if recs.__class__ is PutMessageStatus:
             return PutMessageResult(recs, None, take_reason())
         return self._append(recs, first)

@@ -26,11 +26,12 @@ from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
-from core.record.codec import RecordCheck, parse_record
+from core.record.codec import parse_record
 from core.record.message import (
     PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_UNQUEUED, bytes_to_host,
     create_message_id,
 )
+from core.record.stop import Stop
 from ipc.received import host_text
 
 _TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType(), "binary": BinaryType(),
@@ -54,12 +55,10 @@ def check_schema(schema) -> None:
                          ".schema(...) and select or cast columns after load()")
 
 
-class Stop(RecordCheck):
-    """Why `take_records` returned: RecordCheck's BLANK (the segment's end), END (no record
-    starts here) and CORRUPT (a framed record that fails its checks), or one of these."""
-    FULL = "full"          # BATCH_ROWS rows gathered: call again at the position returned
-    DONE = "done"          # the end given was reached
-    LIMIT = "limit"        # a record at or past the queue offset asked to stop at
+# Why `take_records` returned: Stop.BLANK (the segment's end), END (no record starts here),
+# CORRUPT (a framed record that fails its checks), FULL (BATCH_ROWS rows gathered: call again
+# at the position returned), DONE (the end given was reached) or LIMIT (a record at or past
+# the queue offset asked to stop at).
 
 
 class Columns:

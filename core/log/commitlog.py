@@ -1,7 +1,7 @@
 """`CommitLog`: every topic's records appended to one sequence of segments.
 
-Owns the append path (encode straight into the mapped segment or the transient buffer, queue
-offsets from the topic-queue table, blank record and roll at a segment's end, a batch as one
+Owns the append path (records as `core.record` encodes them, copied into the mapped segment or
+the transient buffer, queue offsets from the topic-queue table, blank record and roll at a segment's end, a batch as one
 unit), reads by physical offset, and the written/committed/flushed/confirm positions.
 With `enabled_append_prop_crc` every record it appends carries the whole-record CRC property,
 sealed under the append lock once the position fields are set (`core.record.crc_property`).
@@ -9,34 +9,31 @@ sealed under the append lock once the position fields are set (`core.record.crc_
 from __future__ import annotations
 
 import mmap
-import struct
 import threading
 import time
 
 from core.record.batch_encode import PreparedBatch
-from core.record.codec import (
-    _HEADERS, _HOSTS, _I16, _TOPICS, BLANK_SIZE, MAGIC_V1, MAX_PROPERTIES_BYTES, PHYS_OFFSET_POS,
-    QUEUE_OFFSET_POS, TOTAL_SIZE_SLACK, PreparedRecord, prepare_record, read_i32, read_i64,
-    store_timestamp_position, write_blank, write_record,
+from core.record.layout import (
+    BLANK_SIZE, PHYS_OFFSET_POS, POSITIONS as _POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP as _STORE_TS,
+    store_timestamp_position,
 )
+from core.record.codec import PreparedRecord, PreparedRecords, prepare_record, read_i32, read_i64, write_blank
 from core.files.cache_window import UnmapBehind
-from core.record.crc import crc32
-from core.record.crc_property import RESERVE, seal
-from core.record.encode import (
-    _ENDS, _HOST_BITS, POSITIONS as _POSITIONS, STORE_TIMESTAMP as _STORE_TS, encode_prepared, encode_record,
-)
+from core.record.crc_property import seal
+from core.record.encode import encode_prepared, encode_record
 from core.files.fileops import FileOps
 from core.files.mapped_file_queue import MappedFileQueue
 from core.record.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_BORNHOST_V6, SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_UNQUEUED as _NO_QUEUE_OFFSET, host_to_bytes,
 )
 from core.files.prefault import NEVER, PrefaultAhead
 from core.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus, new_result, refuse
 from core.files.transient_pool import TransientStorePool
 
-_HEADER_V4 = _HEADERS[8, 8]              # IPv4 born and store hosts
 _APPENDED = AppendMessageStatus.PUT_OK   # a global: an enum member is a slow attribute
+_STORE_TS_V4 = store_timestamp_position(0)                     # 56
+_STORE_TS_V6 = store_timestamp_position(SYSFLAG_BORNHOST_V6)   # 68, after an IPv6 born host
 
 
 def now_ms() -> int:
@@ -54,7 +51,7 @@ class CommitLog:
         self.put_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.begin_time_in_lock = 0
-        self.store_host_bytes, self._store_v6 = host_to_bytes(config.store_host_tuple)
+        self.store_host_bytes = host_to_bytes(config.store_host_tuple)[0]
         self.max_message_size = config.max_message_size
         self.prop_crc = config.enabled_append_prop_crc
         self._writing = None              # the segment being appended to, held mapped
@@ -74,87 +71,8 @@ class CommitLog:
     def append_message(self, msg) -> AppendMessageResult | PutMessageStatus:
         """The single put (`MessageStore.put_message`): the message appended as one record, or
         the PutMessageStatus refusing it (MESSAGE_ILLEGAL and the like, OS_PAGECACHE_BUSY).
-
-        The common message (`core.record.encode`: bytes body, a topic and TAGS/KEYS seen
-        before, string properties, IPv4 hosts) is checked and packed straight into the segment
-        under the lock: one header pack, two copies. Any other takes `encode_record`, whose
-        checks are the reference; tests hold the two to byte equality."""
-        try:
-            body = msg.body
-            topic = msg.topic
-            head = _TOPICS.get(topic)
-            queue_id = msg.queue_id
-            props = msg.properties
-            end = _ENDS.get((msg.tags, msg.keys))
-            born = _HOSTS.get(msg.born_host)
-            sys_flag = msg.sys_flag
-            if body.__class__ is not bytes or not head or queue_id.__class__ is not int \
-                    or not 0 <= queue_id < 0x80000000 or not props or end is None or born is None \
-                    or born[1] or self._store_v6 or sys_flag.__class__ is not int \
-                    or PROPERTY_TAGS in props or PROPERTY_KEYS in props:
-                return self._append_other(msg)
-            props_b = ("\x02".join(map("\x01".join, props.items())) + end[0]).encode()
-            n = len(props) + end[1]
-            if self.prop_crc:
-                props_b += RESERVE                          # it ends in 0x02 (end[0])
-            body_len = len(body)
-            size = 90 + len(head) + body_len + len(props_b)      # head: TOPICLENGTH TOPIC
-            if n + n + (2 if self.prop_crc else 0) != props_b.count(b"\x01") + props_b.count(b"\x02") \
-                    or body_len > self.max_message_size \
-                    or len(props_b) > MAX_PROPERTIES_BYTES or size > self.max_message_size + TOTAL_SIZE_SLACK:
-                return self._append_other(msg)
-        except (TypeError, ValueError, AttributeError, LookupError):   # e.g. a property not a str
-            return self._append_other(msg)
-        tail = head + _I16.pack(len(props_b)) + props_b
-        sys_flag &= _HOST_BITS
-        crc = crc32(body) & 0x7FFFFFFF
-        if self.begin_time_in_lock and self.is_os_page_cache_busy():
-            return self._append_other(msg)         # refuses an illegal message first, as it must
-        if size + BLANK_SIZE > self.file_size:
-            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
-        with self.put_lock:
-            self.begin_time_in_lock = store_ts = time.time_ns() // 1_000_000
-            try:
-                mf = self._segment_for(size)
-                if mf is None:
-                    return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
-                pos = mf.wrote_position
-                phys = mf.file_from_offset + pos
-                counted = (sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
-                key = (topic, queue_id)
-                table = self.topic_queue_table
-                qoff = table.get(key, 0) if counted else 0
-                target = self._target
-                try:
-                    _HEADER_V4.pack_into(target, pos, size, MAGIC_V1, crc, queue_id, msg.flag, qoff, phys,
-                                         sys_flag, msg.born_timestamp, born[0], store_ts, self.store_host_bytes,
-                                         msg.reconsume_times, msg.prepared_transaction_offset, body_len)
-                except struct.error:                         # a field out of its Java range:
-                    target[pos:pos + _HEADER_V4.size] = bytes(_HEADER_V4.size)   # zero what it packed
-                    mf = None
-                else:
-                    body_at = pos + _HEADER_V4.size
-                    tail_at = body_at + body_len
-                    target[body_at:tail_at] = body
-                    target[tail_at:pos + size] = tail
-                    if self.prop_crc:                        # seal, inlined (core.record.crc_property)
-                        end = pos + size
-                        target[end - 11:end - 1] = (b"%010d" % (crc32(target[pos:end - 20]) & 0x7FFFFFFF))[::-1]
-                    if counted:
-                        table[key] = qoff + 1
-                    mf.wrote_position = pos + size
-                    mf.store_timestamp = store_ts
-                    if phys + size >= self._prefault_at:
-                        self._prefault_wrote(mf, pos + size)
-            finally:
-                self.begin_time_in_lock = 0
-        if mf is None:
-            return self._append_other(msg)
-        return new_result(AppendMessageResult, (_APPENDED, phys, size, store_ts, qoff, 1,
-                                                self.store_host_bytes, (size,)))
-
-    def _append_other(self, msg) -> AppendMessageResult | PutMessageStatus:
-        """`append_message` of any message: `encode_record`, then `append_encoded`."""
+        `core.record.encode.encode_record` encodes it (choosing its own way), outside the lock;
+        `append_encoded` copies it in."""
         rec = encode_record(msg, self.max_message_size, self.store_host_bytes, self.prop_crc)
         if rec.__class__ is PutMessageStatus:
             return rec
@@ -187,8 +105,10 @@ class CommitLog:
                 else:
                     qoff = 0
                 _POSITIONS.pack_into(target, pos + QUEUE_OFFSET_POS, qoff, phys)
-                _STORE_TS.pack_into(target, pos + (68 if sys_flag & SYSFLAG_BORNHOST_V6 else 56), store_ts)
-                seal(target, pos, size)                  # when it has the CRC reserve
+                _STORE_TS.pack_into(target, pos + (_STORE_TS_V6 if sys_flag & SYSFLAG_BORNHOST_V6 else _STORE_TS_V4),
+                                    store_ts)
+                if self.prop_crc:
+                    seal(target, pos, size)              # it has the CRC reserve
                 mf.wrote_position = end
                 mf.store_timestamp = store_ts
                 if phys + size >= self._prefault_at:
@@ -200,7 +120,9 @@ class CommitLog:
 
     def append_batch(self, recs: list[PreparedRecord] | PreparedBatch) -> AppendMessageResult:
         """Append records of one topic and queue as one unit, all in one segment."""
-        total = recs.total if recs.__class__ is PreparedBatch else sum(r.size for r in recs)
+        if recs.__class__ is list:
+            recs = PreparedRecords(recs)          # record by record (tests pass a plain list)
+        total = recs.total
         if total + BLANK_SIZE > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
@@ -217,8 +139,7 @@ class CommitLog:
             return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
         pos = mf.wrote_position
         target = self._target
-        columns = recs.__class__ is PreparedBatch
-        first = recs.first if columns else recs[0]
+        first = recs.first
         key = (first.topic, first.queue_id)
         table = self.topic_queue_table
         qoff = table.get(key, 0)
@@ -226,13 +147,8 @@ class CommitLog:
         wrote_offset = base + pos
         counted = (first.sys_flag & SYSFLAG_TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
         q = qoff + len(recs) if counted else qoff
-        if columns:
-            pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
-            sizes = recs.record_sizes
-        else:
-            for i, rec in enumerate(recs):
-                pos = write_record(target, pos, rec, qoff + i if counted else 0, base + pos, store_ts)
-            sizes = tuple(r.size for r in recs)
+        pos = recs.write(target, pos, qoff if counted else None, wrote_offset, store_ts)
+        sizes = recs.record_sizes
         mf.wrote_position = pos
         mf.store_timestamp = store_ts
         if counted:

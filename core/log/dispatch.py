@@ -27,6 +27,7 @@ from core.record.message import (
     SYSFLAG_TRANSACTION_UNQUEUED,
 )
 from core.record.scan import ScanEnd, scan_segment
+from core.record.stop import Stop
 from core.record.scan_batch import Rows, ScanBatch
 
 BATCH_RECORDS = 4096
@@ -43,10 +44,7 @@ def _carry_on() -> None:
     """The default `give_way`: nothing."""
 
 
-class DispatchStop:
-    DONE = "done"          # reached the limit
-    PARTIAL = "partial"    # the next record is not wholly below the limit yet
-    INVALID = "invalid"    # an invalid record: nothing valid follows here
+DispatchStop = Stop        # why dispatch returned: DONE, PARTIAL or INVALID
 
 
 class Dispatcher:

@@ -1,4 +1,6 @@
-"""A batch's records encoded as columns: one set of numpy operations for the whole batch.
+"""A batch's records encoded: `encode_batch`, the one entry for a batch, and the strategies it
+chooses among; the fast one is the batch as columns: one set of numpy operations for the whole
+batch.
 
 A producer's batch (the `put_batch` bodies frame, or `MessageStore.put_messages` of messages
 alike but for body and UNIQ_KEY) is records that share every header field and every
@@ -30,32 +32,24 @@ from __future__ import annotations
 import copy
 import dataclasses
 from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from core.record.layout import DTYPES
 from core.record.codec import (
-    MAGIC_V1, TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at,
+    TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at, write_header,
 )
 from core.record.crc import crc32, crc32_for_size
 from core.record.key_block import KeyBlock, block_problem, key_list
 from core.record.crc_property import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
-from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, has_delay_level
+from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, Message, has_delay_level
 from core.record import refusal as why
 from core.status import PutMessageStatus, refuse, take_reason
 
 _U8 = np.uint8
 
 
-def _header_dtype(born_len: int, store_len: int) -> np.dtype:
-    """The record header (codec._header_struct) as a packed big-endian numpy record."""
-    return np.dtype([
-        ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-        ("queue_offset", ">i8"), ("phys_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-        ("born_host", f"V{born_len}"), ("store_ts", ">i8"), ("store_host", f"V{store_len}"),
-        ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
-
-
-_DTYPES = {(b, s): _header_dtype(b, s) for b in (8, 20) for s in (8, 20)}
 _SHAPES: dict = {}          # _shape_key -> _Shape, oldest first
 SHAPES_KEPT = 128           # at most this many shapes (headers and tails: a few KiB each for 32)
 SHAPE_MAX_RECORDS = 1024    # larger batches are not kept
@@ -168,6 +162,85 @@ class PreparedBatch:
         if queue_offset is None:
             positions[:, 0] = 0
         rows["positions"] = positions
+
+
+# The fields a batch's messages must share to be encoded once (`prepare_batch`).
+_SHARED_FIELDS = attrgetter("topic", "queue_id", "tags", "keys", "flag", "born_timestamp",
+                            "born_host", "store_host", "sys_flag", "reconsume_times",
+                            "prepared_transaction_offset")
+_PROPERTIES = attrgetter("properties")
+_BODY = attrgetter("body")
+_UNIQ = itemgetter(PROPERTY_UNIQ_KEY)
+_MESSAGE_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Message)))
+
+
+def batch_template(msgs):
+    """(template, UNIQ_KEYs or None) when the messages differ only in body and UNIQ_KEY, so
+    that the batch is encoded once (`prepare_batch_records`); None otherwise. Each test runs over the
+    whole batch at once (map, list.count)."""
+    n = len(msgs)
+    shared_fields = list(map(_SHARED_FIELDS, msgs))
+    if shared_fields.count(shared_fields[0]) != n:
+        return None
+    first = msgs[0]
+    all_props = list(map(_PROPERTIES, msgs))
+    props = all_props[0] or {}
+    if len(props) > 1:
+        # The template writes the first message's properties in their order, the UNIQ_KEY
+        # last: only for messages that give them so (dict equality ignores order).
+        try:
+            orders = list(map(tuple, all_props))
+        except TypeError:                              # a message without properties
+            return None
+        if orders.count(orders[0]) != n or (PROPERTY_UNIQ_KEY in props
+                                             and orders[0][-1] != PROPERTY_UNIQ_KEY):
+            return None
+    if PROPERTY_UNIQ_KEY not in props:
+        if all_props.count(all_props[0]) != n:
+            return None
+        return _copy_message(first), None
+    try:
+        lengths = list(map(len, all_props))
+        keys = list(map(_UNIQ, all_props))
+    except (TypeError, LookupError):                   # no properties, or no UNIQ_KEY
+        return None
+    if lengths.count(len(props)) != n or list(map(type, keys)).count(str) != n:
+        return None
+    shared = {k: v for k, v in props.items() if k != PROPERTY_UNIQ_KEY} if len(props) > 1 else {}
+    if shared and not all(shared.items() <= p.items() for p in all_props):   # None values too
+        return None
+    template = _copy_message(first)
+    template.properties = shared
+    return template, keys
+
+
+def _copy_message(msg):
+    """copy.copy of a message, without the reduce protocol for a plain Message."""
+    return Message(*_MESSAGE_FIELDS(msg)) if msg.__class__ is Message else copy.copy(msg)
+
+
+def encode_batch(msgs: list, max_message_size: int, store_host_bytes: bytes | None = None,
+                 prop_crc: bool = False, bodies: list | None = None, uniq_keys=None, block=None,
+                 sizes: list | None = None):
+    """The one entry for encoding a batch (one topic and queue, appended as one unit): a
+    PreparedBatch or a list of PreparedRecords, or the PutMessageStatus refusing it. The way is
+    chosen here: as columns when the records are alike but for body and UNIQ_KEY, else record
+    by record (`prepare_batch_records`), else each message on its own (`prepare_each`).
+
+    `msgs` are the messages; or, with `bodies` (the put_batch frame, docs/PROTOCOL.md), one
+    message standing for all of them, with `uniq_keys` (a list or a KeyBlock), `block` (the
+    bodies back to back) and `sizes` (their lengths) as `prepare_batch_records` takes them."""
+    if bodies is not None:
+        return prepare_batch_records(msgs[0], bodies, max_message_size, store_host_bytes, uniq_keys,
+                                     block, sizes, prop_crc)
+    shared = batch_template(msgs)
+    if shared is not None:
+        return prepare_batch_records(shared[0], list(map(_BODY, msgs)), max_message_size,
+                                     store_host_bytes, shared[1], prop_crc=prop_crc)
+    first = msgs[0]
+    if any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
+        return refuse(PutMessageStatus.MESSAGE_ILLEGAL, "a batch's messages share one topic and queue")
+    return prepare_each(msgs, max_message_size, store_host_bytes, prop_crc)
 
 
 def prepare_batch_records(msg, bodies: list, max_message_size: int,
@@ -324,13 +397,11 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
 def _header_rows(first: PreparedRecord, n: int, sizes: list) -> np.ndarray:
     """The n headers with every field but the ones each batch sets (CRC, positions, store
     timestamp): the first record's header repeated, then the size of each."""
-    template = first.header.pack(first.size, MAGIC_V1, 0, first.queue_id, first.flag, 0, 0,
-                                 first.sys_flag, first.born_timestamp, first.born_host, 0,
-                                 first.store_host, first.reconsume_times, first.prepared_offset,
-                                 sizes[0])
-    rows = np.frombuffer(bytearray(template * n), _DTYPES[len(first.born_host), len(first.store_host)])
+    template = bytearray(first.header.size)
+    write_header(template, 0, first, 0, 0, 0)           # its CRC is set per batch (`_set`)
+    rows = np.frombuffer(bytearray(template * n), DTYPES[len(first.born_host), len(first.store_host)])
     sizes_a = np.array(sizes, np.int32)
-    rows["size"] = sizes_a + (first.size - sizes[0])
+    rows["total"] = sizes_a + (first.size - sizes[0])
     rows["body_len"] = sizes_a
     return rows
 

@@ -21,59 +21,37 @@ import struct
 from dataclasses import dataclass
 
 from core.record.crc import crc32
+from core.record.props import (  # noqa: F401  (the builder under its old names, for callers)
+    properties_string, properties_string as _properties_string,
+    properties_string_general as _properties_string_general,
+)
+from core.record.stop import Stop
+from core.record.layout import (  # noqa: F401  (the format's constants, as callers import them)
+    BLANK_SIZE, BORN_HOST_POS, FIELDS, FRAME as _BLANK, HEADERS, I16 as _I16, I32 as _I32, I64 as _I64,
+    MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYS_OFFSET_POS, QUEUE_OFFSET_POS, SYSFLAG_POS,
+    host_lengths, record_size, store_timestamp_position,
+)
 from core.record.hashing import tags_code
 from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, RESERVE, seal, strip, verify
 from core.record.message import (
-    KEY_SEPARATOR, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+    PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
     SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, host_to_bytes, string_to_properties,
 )
 from core.record import refusal as why
 from core.status import PutMessageStatus, refuse, take_reason
 
-MAGIC_V1 = -626843481          # 0xDAA320A7
-MAGIC_V2 = -626843477          # 0xDAA320AB
-MAGIC_BLANK = -875286124       # 0xCBD43194
-BLANK_SIZE = 8                 # END_FILE_MIN_BLANK_LENGTH
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this much
-QUEUE_OFFSET_POS = 20
-PHYS_OFFSET_POS = 28
-SYSFLAG_POS = 36
-BORN_HOST_POS = 48
 # RocketMQ's delay topic: a record of it with a DELAY level gets its delivery time (store
 # timestamp + the level's delay, messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
 # 10m 20m 30m 1h 2h", a level above 18 taken as 18) as consume-queue tag code (reference 2.13).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
                   420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
-
-_BLANK = struct.Struct(">ii")
-_HEAD = struct.Struct(">iii")            # TOTALSIZE, MAGIC, BODYCRC
-_SYSFLAG = struct.Struct(">i")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_I64 = struct.Struct(">q")
-_INT_FIELDS = struct.Struct(">iiiqq")   # FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED
-
-
-def _header_struct(born_len: int, store_len: int) -> struct.Struct:
-    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST
-    # STORETS STOREHOST RECONSUME PREPARED BODYLEN
-    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
-
-
-_HEADERS = {(b, s): _header_struct(b, s) for b in (8, 20) for s in (8, 20)}
-
-
-def record_size(body_len: int, topic_len: int, props_len: int, born_v6=False, store_v6=False,
-                topic_len_bytes: int = 1) -> int:
-    """TOTALSIZE: 91 + body + topic + properties for IPv4 hosts, +12 per IPv6 host."""
-    return (90 + topic_len_bytes + body_len + topic_len + props_len
-            + (12 if born_v6 else 0) + (12 if store_v6 else 0))
-
-
-MIN_RECORD_SIZE = record_size(0, 0, 0)     # 91: the smallest TOTALSIZE a record can have
+# FLAG SYSFLAG RECONSUMETIMES BORNTIMESTAMP PREPARED: packed only to check that each fits its field
+_INT_FIELDS = struct.Struct(">" + "".join(dict(FIELDS)[n] for n in ("flag", "sys_flag", "reconsume", "born_ts",
+                                                                    "prepared")))
 
 
 @dataclass(slots=True)
@@ -130,65 +108,6 @@ def _topic_head(topic: str) -> bytes:
     return head
 
 
-def _properties_string(msg) -> tuple[str, int, str | None, str]:
-    """(property string, number of pairs written, TAGS, KEYS) of a message.
-
-    The common message (string properties without TAGS or KEYS among them) is joined in C;
-    anything else goes through `_properties_string_general`, which gives the same string."""
-    props = msg.properties
-    if not props:
-        return _properties_string_general(msg)
-    tags = msg.tags
-    keys = msg.keys
-    if (tags and (tags.__class__ is not str or PROPERTY_TAGS in props)) \
-            or (keys and (keys.__class__ is not str or PROPERTY_KEYS in props)):
-        return _properties_string_general(msg)
-    try:
-        s = "\x02".join(map("\x01".join, props.items())) + "\x02"
-    except TypeError:                       # a value that is not a str (or None): format it
-        return _properties_string_general(msg)
-    n = len(props)
-    if tags:
-        s += "TAGS\x01" + tags + "\x02"
-        n += 1
-    else:
-        tags = props.get(PROPERTY_TAGS)
-    if keys:
-        s += "KEYS\x01" + keys + "\x02"
-        n += 1
-    else:
-        keys = props.get(PROPERTY_KEYS) or ""
-    return s, n, tags, keys
-
-
-def _properties_string_general(msg) -> tuple[str, int, str | None, str]:
-    """`_properties_string` for any message: KEYS a str as given (RocketMQ's setKeys(String)) or
-    a list joined by single spaces, empty ones dropped; TAGS and KEYS set over the properties of
-    those names, None values left out."""
-    tags = msg.tags
-    keys = msg.keys
-    if keys is not None and not isinstance(keys, str):
-        keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
-    if msg.properties:
-        props = dict(msg.properties)
-        if tags:
-            props[PROPERTY_TAGS] = tags
-        if keys:
-            props[PROPERTY_KEYS] = keys
-        pairs = [(k, v) for k, v in props.items() if v is not None]
-        return "".join(f"{k}\x01{v}\x02" for k, v in pairs), len(pairs), props.get(PROPERTY_TAGS), \
-            props.get(PROPERTY_KEYS) or ""
-    s = ""
-    n = 0
-    if tags:
-        s = "TAGS\x01" + tags + "\x02"
-        n = 1
-    if keys:
-        s += "KEYS\x01" + keys + "\x02"
-        n += 1
-    return s, n, tags, keys or ""
-
-
 def is_body(body) -> bool:
     """Whether `body` can be a message body: bytes, a bytearray, or a C-contiguous memoryview
     of single bytes (`len` must count its bytes: a view of wider items would not)."""
@@ -214,7 +133,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
         return refuse(PutMessageStatus.MESSAGE_ILLEGAL,
                       why.head_problem(msg, head, max_message_size, MAX_TOPIC_BYTES))
     try:
-        props_s, pairs, tags, keys = _properties_string(msg)
+        props_s, pairs, tags, keys = properties_string(msg)
         tag_hash = tags_code(tags)
     except (TypeError, AttributeError):                  # e.g. TAGS that is not a str
         return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.NOT_TEXT)
@@ -243,7 +162,7 @@ def prepare_record(msg, max_message_size: int, store_host_bytes: bytes | None = 
     if size > max_message_size + TOTAL_SIZE_SLACK:
         return refuse(PutMessageStatus.MESSAGE_ILLEGAL, why.record_too_large(size, max_message_size))
     return PreparedRecord(
-        size, _HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
+        size, HEADERS[len(born), len(store)], crc32(body) & 0x7FFFFFFF, msg.queue_id,
         msg.flag, sys_flag, msg.born_timestamp, born, store, msg.reconsume_times,
         msg.prepared_transaction_offset, body, head + _I16.pack(len(props_b)) + props_b, topic,
         tag_hash, keys, (msg.properties or {}).get(PROPERTY_UNIQ_KEY) or "")
@@ -335,16 +254,22 @@ def _prepare_keyed(f: PreparedRecord, bodies: list, uniq_keys: list, max_message
     return out
 
 
+def write_header(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
+                 store_timestamp: int) -> int:
+    """Pack the fixed header of `rec` into `buf` at `pos`; return where its body goes."""
+    header = rec.header
+    header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag, queue_offset,
+                     phys_offset, rec.sys_flag, rec.born_timestamp, rec.born_host, store_timestamp,
+                     rec.store_host, rec.reconsume_times, rec.prepared_offset, len(rec.body))
+    return pos + header.size
+
+
 def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_offset: int,
                  store_timestamp: int, sealed: bool = True) -> int:
     """Pack `rec` into `buf` at `pos` (sealing its CRC property, if it has the reserve, unless
     not `sealed`: bytes whose position fields are set later); return the position after it."""
     body = rec.body
-    rec.header.pack_into(buf, pos, rec.size, MAGIC_V1, rec.crc, rec.queue_id, rec.flag,
-                         queue_offset, phys_offset, rec.sys_flag, rec.born_timestamp,
-                         rec.born_host, store_timestamp, rec.store_host, rec.reconsume_times,
-                         rec.prepared_offset, len(body))
-    p = pos + rec.header.size
+    p = write_header(buf, pos, rec, queue_offset, phys_offset, store_timestamp)
     end = p + len(body)
     buf[p:end] = body
     tail_end = end + len(rec.tail)
@@ -352,6 +277,35 @@ def write_record(buf, pos: int, rec: PreparedRecord, queue_offset: int, phys_off
     if sealed and rec.tail[-CRC32_RESERVED_LEN:-11] == LABEL:
         seal(buf, pos, rec.size)
     return tail_end
+
+
+class PreparedRecords(list):
+    """A batch prepared record by record (`prepare_batch`, `prepare_each`): a list of
+    PreparedRecords that writes itself as `core.record.batch_encode.PreparedBatch` does, so
+    that the CommitLog appends either alike."""
+    __slots__ = ()
+
+    @property
+    def first(self) -> PreparedRecord:
+        return self[0]
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self)
+
+    def write(self, buf, pos: int, queue_offset: int | None, phys_offset: int,
+              store_timestamp: int) -> int:
+        """Write the records at `pos` of `buf`, the first at `phys_offset` with `queue_offset`
+        (None: 0 for all, a transaction's prepared or rollback record); return the end."""
+        at = phys_offset - pos
+        for i, rec in enumerate(self):
+            pos = write_record(buf, pos, rec, 0 if queue_offset is None else queue_offset + i,
+                               at + pos, store_timestamp)
+        return pos
+
+    @property
+    def record_sizes(self) -> tuple:
+        return tuple(r.size for r in self)
 
 
 def write_blank(buf, pos: int, length: int) -> None:
@@ -369,14 +323,6 @@ def encode_message(msg, queue_offset=0, phys_offset=0, store_timestamp=0, max_me
     buf = bytearray(rec.size)
     write_record(buf, 0, rec, queue_offset, phys_offset, store_timestamp)
     return bytes(buf)
-
-
-def host_lengths(sys_flag: int) -> tuple[int, int]:
-    return (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8), (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
-
-
-def store_timestamp_position(sys_flag: int) -> int:
-    return BORN_HOST_POS + host_lengths(sys_flag)[0]
 
 
 def _read_topic(buf, p: int, magic: int) -> tuple[str, int]:
@@ -404,57 +350,53 @@ class DispatchRequest:
     prepared_transaction_offset: int
 
 
-class RecordCheck:
-    """Outcomes of `check_record` besides a DispatchRequest."""
-    BLANK = "blank"        # end-of-file filler: continue at the next segment
-    END = "end"            # zeros, a foreign magic or a torn tail: the log ends here
-    CORRUPT = "corrupt"    # a well-framed record whose CRC or length is wrong
+RecordCheck = Stop         # check_record's outcomes: Stop.BLANK, END or CORRUPT
 
 
 def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     """The record at `pos` (not reading past `limit`), read once with every check of
     `check_record`: (None, TOTALSIZE, header, body position, topic, properties) for a valid
-    record, `header` the fields as `_HEADERS` unpacks them, `properties` without the CRC
-    property; otherwise (RecordCheck.BLANK, END or CORRUPT, the size `check_record` gives,
+    record, `header` the fields as `core.record.layout.HEADERS` unpacks them, `properties` without the CRC
+    property; otherwise (Stop.BLANK, END or CORRUPT, the size `check_record` gives,
     None, 0, None, None). `check_crc` is a check mode of `core.record.crc_property` (False, True,
     FORCED)."""
     if limit - pos < 8:
-        return RecordCheck.END, 0, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     total, magic = _BLANK.unpack_from(buf, pos)
     if magic == MAGIC_BLANK:
         if 8 <= total <= limit - pos:
-            return RecordCheck.BLANK, total, None, 0, None, None
-        return RecordCheck.END, 0, None, 0, None, None
+            return Stop.BLANK, total, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
-        return RecordCheck.END, 0, None, 0, None, None
+        return Stop.END, 0, None, 0, None, None
     try:
-        header = _HEADERS[host_lengths(_SYSFLAG.unpack_from(buf, pos + SYSFLAG_POS)[0])]
+        header = HEADERS[host_lengths(_I32.unpack_from(buf, pos + SYSFLAG_POS)[0])]
         h = header.unpack_from(buf, pos)
         body_at = pos + header.size
         body_len = h[14]
         if body_len < 0 or body_at + body_len > pos + total:
-            return RecordCheck.CORRUPT, total, None, 0, None, None
+            return Stop.CORRUPT, total, None, 0, None, None
         topic, p = _read_topic(buf, body_at + body_len, magic)
         props_len = _I16.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0 or p + props_len - pos != total:
-            return RecordCheck.CORRUPT, total, None, 0, None, None
+            return Stop.CORRUPT, total, None, 0, None, None
         if check_crc and ("\x00" in topic or (props_len and buf[p + props_len - 1] == 0)
                           or not verify(buf, pos, total, check_crc,
                                         lambda: crc32(buf[body_at:body_at + body_len]) & 0x7FFFFFFF == h[2])):
-            return RecordCheck.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
+            return Stop.CORRUPT, total, None, 0, None, None   # torn zeros: module doc
         props = string_to_properties(strip(bytes(buf[p:p + props_len])).decode("utf-8")) \
             if props_len else {}
     except (struct.error, UnicodeDecodeError, IndexError, KeyError):
-        return RecordCheck.CORRUPT, total, None, 0, None, None
+        return Stop.CORRUPT, total, None, 0, None, None
     return None, total, h, body_at, topic, props
 
 
 def check_record(buf, pos: int, limit: int, check_crc):
     """Parse the record at `pos` (not reading past `limit`).
 
-    Returns (DispatchRequest, size) for a valid record, (RecordCheck.BLANK, size) for a blank,
-    (RecordCheck.END, 0) where no record starts, and (RecordCheck.CORRUPT, size) for a framed
+    Returns (DispatchRequest, size) for a valid record, (Stop.BLANK, size) for a blank,
+    (Stop.END, 0) where no record starts, and (Stop.CORRUPT, size) for a framed
     record that fails its checks.
     """
     outcome, total, h, _, topic, props = parse_record(buf, pos, limit, check_crc)

@@ -10,72 +10,80 @@ import struct
 from dataclasses import fields
 from operator import attrgetter
 
-from core.record.codec import _HEADERS, _I64, MAGIC_V1, MAGIC_V2, host_lengths
 from core.record.crc import crc32
 from core.record.crc_property import strip
+from core.record.layout import (
+    BODY_POS as _BODY_POS, HEADERS, I64 as _I64, MAGIC_V1, MAGIC_V2, V6_BITS as _V6_BITS, host_lengths,
+    picked_struct,
+)
+from core.record.props import topic_of
 from core.record.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, MessageExt,
-    bytes_to_host, string_to_properties,
+    PROPERTY_KEYS, PROPERTY_TAGS, MessageExt, bytes_to_host, string_to_properties,
 )
 
 # TOTALSIZE MAGIC BODYCRC SYSFLAG BODYLEN: what `decode_message` checks, by (sys_flag >> 4) & 3.
-_FRAMES = tuple(struct.Struct(f">iii24xi{_HEADERS[host_lengths(f << 4)].size - 44}xi") for f in range(4))
+_FRAMES = tuple(picked_struct(("total", "magic", "crc", "sys_flag", "body_len"), *host_lengths(f << 4))
+                for f in range(4))
 _FRAME_V4 = _FRAMES[0]
-_BODY_POS = tuple(_HEADERS[host_lengths(f << 4)].size for f in range(4))
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_TOPIC_STRS: dict = {}
+_V4_BODY = _BODY_POS[0]
 
 
 def _topic_str(raw: bytes) -> str:
-    """TOPIC bytes -> str, cached (a store holds few topics)."""
-    topic = _TOPIC_STRS.get(raw)
-    if topic is None:
-        topic = raw.decode("utf-8")
-        if len(_TOPIC_STRS) < 65536:
-            _TOPIC_STRS[raw] = topic
-    return topic
+    """TOPIC bytes -> str through the topic cache of `core.record.props`; UnicodeDecodeError
+    for bytes that are not UTF-8."""
+    return topic_of(raw) or raw.decode("utf-8")
 
 
 class LazyMessageExt(MessageExt):
-    """A MessageExt read from a stored record, decoded as it is read: `decode_message` checks
-    only the framing; the first read of a field unpacks the fixed header (one struct call);
-    the body is sliced on first read; topic, tags, keys and properties are parsed together on
-    the first read of one of them; hosts and the message id are made when read. Every field is
-    writable: the first write decodes the rest into the ordinary MessageExt slots and drops the
-    record. Equal to a MessageExt with the same fields; copies and pickles are MessageExt."""
+    """A MessageExt read from a stored record, decoded as it is read: the one lazy record view,
+    of the store (`decode_message`, `pulled_messages`) and of the clients (`ipc.received`
+    derives its ReceivedMessage from it, over the records of a pull reply's frame).
 
-    # The record (bytes, starting at 0); the header's fields, () before the first read and
-    # None once the fields live in the slots; (topic, tags, keys, properties); the body.
-    __slots__ = ("_rec", "_h", "_t", "_body")
+    Where the body is is known when the view is made (`decode_message` checks the framing at
+    once; `pulled_messages` at the first field read); the first read of a header field
+    unpacks the fixed header (one struct call); the body is sliced when read; topic, tags,
+    keys and properties are parsed together on the first read of one of them; hosts and the
+    message id are made when read. Every field is writable: the first write decodes the rest
+    into the ordinary MessageExt slots and drops the record. Equal to a MessageExt with the
+    same fields; copies and pickles are MessageExt."""
+
+    # The buffer holding the record (None once the fields live in the slots); where the record
+    # starts in it; where its body starts (-1: the framing is not checked yet, `pulled_messages`)
+    # and its length; the header's fields (None before the first read); (topic, tags, keys,
+    # properties), None before the first read.
+    __slots__ = ("_buf", "_at", "_p", "_n", "_h", "_t")
 
     def __init__(self, *args, **kwargs):           # direct construction, dataclasses.replace
-        self._h = None
+        self._buf = self._h = self._t = None
         MessageExt.__init__(self, *args, **kwargs)
 
+    def _check(self) -> None:
+        self._p, self._n, _ = _frame(self._buf, self._at)
+
     def _header(self) -> tuple:
-        rec = self._rec
-        if self._h is False:                       # from `pulled_messages`: check it now
-            _frame_end(rec, 0)
-        self._t = self._body = None
-        self._h = h = _HEADERS[host_lengths(rec[39])].unpack_from(rec)     # SYSFLAG's low byte
+        buf, at = self._buf, self._at
+        if self._p < 0:                            # from `pulled_messages`: check it now
+            self._check()
+        self._h = h = HEADERS[host_lengths(buf[at + 39])].unpack_from(buf, at)   # SYSFLAG's low byte
         return h
 
     def _tail(self) -> tuple:
-        h, rec = self._h or self._header(), self._rec
-        p = _BODY_POS[(h[7] >> 4) & 3] + h[14]
+        h, buf = self._h or self._header(), self._buf
+        p = self._p + self._n
         if h[1] == MAGIC_V1:
-            n, p = rec[p], p + 1
+            n, p = buf[p], p + 1
         else:
-            n, p = rec[p] << 8 | rec[p + 1], p + 2
-        topic = _topic_str(rec[p:p + n])
+            n, p = buf[p] << 8 | buf[p + 1], p + 2
+        topic = _topic_str(buf[p:p + n])
         p += n + 2
-        props = string_to_properties(strip(rec[p:h[0]]).decode("utf-8")) if p < h[0] else {}
+        end = self._at + h[0]
+        props = string_to_properties(strip(buf[p:end]).decode("utf-8")) if p < end else {}
         self._t = t = (topic, props.pop(PROPERTY_TAGS, None), props.pop(PROPERTY_KEYS, None), props)
         return t
 
     def _materialize(self) -> None:
         values = _field_values(self)
-        self._h = self._rec = self._t = self._body = None
+        self._buf = self._h = self._t = None
         for put, value in zip(_SLOT_SETTERS, values):
             put(self, value)
 
@@ -88,51 +96,68 @@ class LazyMessageExt(MessageExt):
         return MessageExt, _field_values(self)
 
 
+class FrameView(LazyMessageExt):
+    """A LazyMessageExt over a record inside a frame of records (`core.record.split`), made
+    with its body position and length: `FrameView(frame, body_pos, body_len)` for a version-1
+    record with IPv4 hosts, whose header has not been unpacked; `view_at` for any other."""
+    __slots__ = ()
+
+    def __init__(self, buf: bytes, body_pos: int, body_len: int):
+        self._buf = buf
+        self._at = body_pos - _V4_BODY
+        self._p = body_pos
+        self._n = body_len
+        self._h = self._t = None
+
+
 def _header_field(get, i: int):
     def fget(self):
         h = self._h
-        if h:
+        if h is not None:
             return h[i]
-        return get(self) if h is None else self._header()[i]
+        return get(self) if self._buf is None else self._header()[i]
     return fget
 
 
 def _tail_field(get, i: int):
     def fget(self):
-        h = self._h
-        if h is None:
-            return get(self)
-        return ((self._t if h else None) or self._tail())[i]
+        t = self._t
+        if t is not None:
+            return t[i]
+        return get(self) if self._buf is None else self._tail()[i]
     return fget
 
 
 def _computed_field(get, make):
     def fget(self):
-        h = self._h
-        if h is None:
+        if self._buf is None:
             return get(self)
-        return make(self, h or self._header())
+        return make(self, self._h or self._header())
     return fget
 
 
-def _read_body(self, h) -> bytes:
-    body = self._body
-    if body is None:
-        p = _BODY_POS[(h[7] >> 4) & 3]
-        body = self._body = self._rec[p:p + h[14]]
-    return body
+def _body_field(get, _):
+    def fget(self):
+        buf = self._buf
+        if buf is None:
+            return get(self)
+        if self._p < 0:
+            self._check()
+        p = self._p
+        return buf[p:p + self._n]
+    return fget
 
 
 def _setter(put):
     def fset(self, value):
-        if self._h is not None:
+        if self._buf is not None:
             self._materialize()
         put(self, value)
     return fset
 
 
 _GETTERS = {
-    "topic": (_tail_field, 0), "body": (_computed_field, _read_body), "queue_id": (_header_field, 3),
+    "topic": (_tail_field, 0), "body": (_body_field, None), "queue_id": (_header_field, 3),
     "flag": (_header_field, 4), "tags": (_tail_field, 1), "keys": (_tail_field, 2),
     "properties": (_tail_field, 3), "born_timestamp": (_header_field, 8),
     "born_host": (_computed_field, lambda self, h: bytes_to_host(h[9])),
@@ -164,12 +189,23 @@ def decode_message(buf, pos: int = 0, check_crc: bool = False) -> MessageExt:
     `check_crc`, a body CRC mismatch. A topic or properties that are not UTF-8 (check_record
     refuses such a record before it is dispatched) raise UnicodeDecodeError, a ValueError,
     when first read."""
-    p = _frame_end(buf, pos, check_crc)
-    if pos or len(buf) != p or buf.__class__ is not bytes:
-        buf = bytes(buf[pos:p])                      # hold just this record, never a mapping
-    m = _new_lazy(LazyMessageExt)
-    m._rec = buf
-    m._h = ()
+    body, body_len, end = _frame(buf, pos, check_crc)
+    if pos or len(buf) != end or buf.__class__ is not bytes:
+        buf = bytes(buf[pos:end])                    # hold just this record, never a mapping
+        body -= pos
+    return view_at(LazyMessageExt, buf, 0, body, body_len, None)
+
+
+def view_at(cls, buf: bytes, at: int, body: int, body_len: int, header: tuple | None):
+    """A `cls` (LazyMessageExt or a subclass) over the record at `at` of `buf`, its body at
+    `body` (-1: not yet checked) of `body_len` bytes, its header unpacked or None."""
+    m = _new_lazy(cls)
+    m._buf = buf
+    m._at = at
+    m._p = body
+    m._n = body_len
+    m._h = header
+    m._t = None
     return m
 
 
@@ -182,14 +218,12 @@ def pulled_messages(records: list) -> list:
 
 
 def _unchecked(rec: bytes) -> LazyMessageExt:
-    m = _new_lazy(LazyMessageExt)
-    m._rec = rec
-    m._h = False
-    return m
+    return view_at(LazyMessageExt, rec, 0, -1, 0, None)
 
 
-def _frame_end(buf, pos: int, check_crc: bool = False) -> int:
-    """The end of the whole record at `pos` of `buf`, or ValueError (`decode_message`)."""
+def _frame(buf, pos: int, check_crc: bool = False) -> tuple[int, int, int]:
+    """(body position, body length, end) of the whole record at `pos` of `buf`, or ValueError
+    (`decode_message`)."""
     try:
         total, magic, crc, sys_flag, body_len = _FRAME_V4.unpack_from(buf, pos)
         if sys_flag & _V6_BITS:
@@ -211,6 +245,4 @@ def _frame_end(buf, pos: int, check_crc: bool = False) -> int:
                          f"{n - pos} bytes there")
     if check_crc and crc32(buf[body:body + body_len]) & 0x7FFFFFFF != crc:
         raise ValueError(f"record at {pos}: body CRC mismatch")
-    return p
-
-
+    return body, body_len, p

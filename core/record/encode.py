@@ -1,6 +1,6 @@
-"""One message encoded as its whole CommitLog record, for the single put of the appender service
-(`services/appender/service.py`); the embedded store's `CommitLog.append_message` packs the same common
-message straight into the segment and takes `encode_record` for any other.
+"""One message encoded as its whole CommitLog record: `encode_record`, the one entry for a single
+put, of the appender service (`services/appender/service.py`) and of the embedded store
+(`CommitLog.append_message`).
 
 `encode_record` gives the record's bytes (DESIGN.md section 3) with QUEUEOFFSET,
 PHYSICALOFFSET and STORETIMESTAMP left zero: the appender copies the bytes into the segment
@@ -8,7 +8,7 @@ and patches those three fields in place (`CommitLog.append_encoded`), so the wor
 the append lock is one copy and two small packs.
 
 The common message (a bytes-like body, a topic seen before, properties joined by
-`core.record.codec._properties_string`, a known born host) is encoded in one pass here. Anything else, and anything
+`core.record.props.properties_string`, a known born host) is encoded in one pass here. Anything else, and anything
 the store might refuse, goes through `core.record.codec.prepare_record`, whose checks and statuses
 are the reference; this module never refuses a message by itself. Tests hold the two paths
 to byte equality. With `prop_crc` the record ends in the CRC reserve (`core.record.crc_property`),
@@ -19,17 +19,15 @@ from __future__ import annotations
 import struct
 
 from core.record.codec import (
-    _HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK,
-    _properties_string, is_body, prepare_record, with_reserve, write_record,
+    HEADERS, _HOSTS, _I16, _TOPICS, MAGIC_V1, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK, is_body,
+    prepare_record, with_reserve, write_record,
 )
 from core.record.crc import crc32
-from core.record.message import PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.record.props import properties_string
+from core.record.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from core.status import PutMessageStatus
 
 _HOST_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
-POSITIONS = struct.Struct(">qq")          # QUEUEOFFSET PHYSICALOFFSET, at QUEUE_OFFSET_POS
-STORE_TIMESTAMP = struct.Struct(">q")     # at 56, or 68 after an IPv6 born host
-_ENDS: dict = {}                          # (TAGS, KEYS) -> _end_of(TAGS, KEYS)
 
 
 def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc: bool = False):
@@ -47,15 +45,9 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc:
                 or queue_id.__class__ is not int or not 0 <= queue_id < 0x80000000 \
                 or len(body) > max_message_size:
             return _general(msg, max_message_size, store_host_bytes, prop_crc)
-        props = msg.properties
-        end = _ENDS.get((msg.tags, msg.keys)) or _end_of(msg.tags, msg.keys)
-        if props and end and PROPERTY_TAGS not in props and PROPERTY_KEYS not in props:
-            s = "\x02".join(map("\x01".join, props.items())) + end[0]     # TypeError: not all str
-            n = len(props) + end[1]
-        else:
-            s, n, tags, _ = _properties_string(msg)
-            if tags and tags.__class__ is not str:            # prepare_record refuses its tag code
-                return _general(msg, max_message_size, store_host_bytes, prop_crc)
+        s, n, tags, _ = properties_string(msg)
+        if tags and tags.__class__ is not str:                # prepare_record refuses its tag code
+            return _general(msg, max_message_size, store_host_bytes, prop_crc)
         props_b = s.encode("utf-8")
         if prop_crc:
             props_b = with_reserve(props_b)
@@ -72,7 +64,7 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc:
         size = 90 + len(head) + body_len + len(props_b) + (12 if born_v6 else 0) + (12 if store_v6 else 0)
         if size > max_message_size + TOTAL_SIZE_SLACK:
             return _general(msg, max_message_size, store_host_bytes, prop_crc)
-        header = _HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
+        header = HEADERS[len(born), len(store_host_bytes)].pack(   # struct.error: out of range
             size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, 0, 0, sys_flag,
             msg.born_timestamp, born, 0, store_host_bytes, msg.reconsume_times,
             msg.prepared_transaction_offset, body_len)
@@ -80,19 +72,6 @@ def encode_record(msg, max_message_size: int, store_host_bytes: bytes, prop_crc:
                 sys_flag)
     except (TypeError, ValueError, AttributeError, LookupError, struct.error):
         return _general(msg, max_message_size, store_host_bytes, prop_crc)
-
-
-def _end_of(tags, keys):
-    """(the end of a property string after the message's own pairs: "\\x02", then the TAGS and
-    KEYS pairs; the number of those pairs) for TAGS and KEYS that `_properties_string` would
-    write as they are, cached; None for any other (a list of keys, a tag that is not a str)."""
-    if (tags and tags.__class__ is not str) or (keys and keys.__class__ is not str):
-        return None
-    end = ("\x02" + (f"{PROPERTY_TAGS}\x01{tags}\x02" if tags else "")
-           + (f"{PROPERTY_KEYS}\x01{keys}\x02" if keys else ""), bool(tags) + bool(keys))
-    if len(_ENDS) < 4096:
-        _ENDS[tags, keys] = end
-    return end
 
 
 def _general(msg, max_message_size: int, store_host_bytes: bytes, prop_crc: bool):

@@ -1,5 +1,6 @@
-"""The parts of a record's tail that dispatch reads, through bounded caches: topics per topic
-bytes, tag codes per TAGS value, and (tag code, KEYS, UNIQ_KEY) per property string with the
+"""The property string (PROPERTIES, `name\\x01value\\x02` pairs): its one builder
+(`properties_string`), and the parts of a record's tail that dispatch reads, through bounded
+caches: topics per topic bytes and (tag code, KEYS, UNIQ_KEY) per property string with the
 UNIQ_KEY value cut out (`properties`). A producer's property strings differ only in UNIQ_KEY,
 so most records cost two `find`s and a dict lookup.
 
@@ -10,9 +11,81 @@ from __future__ import annotations
 
 import re
 
-from core.record.hashing import tags_code
 from core.record.crc_property import strip
+from core.record.hashing import tags_code
+from core.record.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, properties_to_string
 
+# -- building ------------------------------------------------------------------------------
+_ENDS: dict = {}           # (TAGS, KEYS) -> _end_of(TAGS, KEYS)
+
+
+def _end_of(tags, keys):
+    """(the end of a property string after the message's own pairs: "\\x02", then the TAGS and
+    KEYS pairs; the number of those pairs) for TAGS and KEYS that are str (or empty), cached;
+    None for any other (a list of keys, a tag that is not a str)."""
+    if (tags and tags.__class__ is not str) or (keys and keys.__class__ is not str):
+        return None
+    end = ("\x02" + (f"{PROPERTY_TAGS}\x01{tags}\x02" if tags else "")
+           + (f"{PROPERTY_KEYS}\x01{keys}\x02" if keys else ""), bool(tags) + bool(keys))
+    if len(_ENDS) < 4096:
+        _ENDS[tags, keys] = end
+    return end
+
+
+def properties_string(msg) -> tuple[str, int, str | None, str]:
+    """(property string, number of pairs written, TAGS, KEYS) of a message: the one builder of
+    PROPERTIES (the encoders and `core.put_refusal` take it).
+
+    The common message (string properties without TAGS or KEYS among them, TAGS and KEYS str)
+    is joined in C, its TAGS/KEYS end cached; anything else goes through
+    `properties_string_general`, which gives the same string (a differential test holds them)."""
+    props = msg.properties
+    if not props:
+        return properties_string_general(msg)
+    tags = msg.tags or None                 # empty TAGS or KEYS (even []) write no pair
+    keys = msg.keys or None
+    try:
+        end = _ENDS[tags, keys]
+    except (KeyError, TypeError):            # TypeError: unhashable KEYS (a list)
+        end = _end_of(tags, keys)
+    if end is None or PROPERTY_TAGS in props or PROPERTY_KEYS in props:
+        return properties_string_general(msg)
+    try:
+        s = "\x02".join(map("\x01".join, props.items())) + end[0]
+    except TypeError:                       # a value that is not a str (or None): format it
+        return properties_string_general(msg)
+    return s, len(props) + end[1], tags or None, keys or ""
+
+
+def properties_string_general(msg) -> tuple[str, int, str | None, str]:
+    """`properties_string` for any message: KEYS a str as given (RocketMQ's setKeys(String)) or
+    a list joined by single spaces, empty ones dropped; TAGS and KEYS set over the properties of
+    those names, None values left out."""
+    tags = msg.tags
+    keys = msg.keys
+    if keys is not None and not isinstance(keys, str):
+        keys = KEY_SEPARATOR.join(str(k) for k in keys if k)
+    if msg.properties:
+        props = dict(msg.properties)
+        if tags:
+            props[PROPERTY_TAGS] = tags
+        if keys:
+            props[PROPERTY_KEYS] = keys
+        s = properties_to_string(props)
+        return s, sum(v is not None for v in props.values()), props.get(PROPERTY_TAGS), \
+            props.get(PROPERTY_KEYS) or ""
+    s = ""
+    n = 0
+    if tags:
+        s = "TAGS\x01" + tags + "\x02"
+        n = 1
+    if keys:
+        s += "KEYS\x01" + keys + "\x02"
+        n += 1
+    return s, n, tags, keys or ""
+
+
+# -- reading (dispatch) ------------------------------------------------------------------------
 # The properties dispatch reads, each "\x02NAME\x01value" with a non-empty value; taken into
 # a dict in order, so the last one wins, as in core.record.message.string_to_properties.
 _WANTED = re.compile("\x02(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]+)")
@@ -22,7 +95,6 @@ _MISSING = object()
 
 TOPICS: dict[bytes, str | None] = {}
 PROPS: dict[bytes, tuple | None] = {}
-_TAG_CODES: dict[str, int] = {}
 
 
 def _memo(cache: dict, key, compute):
@@ -55,7 +127,7 @@ def _parse_properties(raw: bytes) -> tuple | None:
     except UnicodeDecodeError:
         return None
     tags = found.get("TAGS")
-    return _memo(_TAG_CODES, tags, tags_code) if tags else 0, found.get("KEYS", ""), \
+    return tags_code(tags), found.get("KEYS", ""), \
         found.get("UNIQ_KEY", "")
 
 

@@ -28,43 +28,29 @@ ten CRC digits, and a run's digits are read in one numpy step (`run_crcs_ok`).
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from core.record.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.record.codec import (
-    MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, SCHEDULE_TOPIC, DispatchRequest, RecordCheck,
-    check_record, schedule_tag_code,
+    MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, SCHEDULE_TOPIC, DispatchRequest, check_record,
+    schedule_tag_code,
 )
 from core.record.crc import crc32
-from core.record.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from core.record.layout import DTYPE_V4, FRAME, HEADER_V4, V6_BITS as _V6_BITS
 from core.record.crc_property import CRC32_RESERVED_LEN, FORCED, LABEL, run_crcs_ok, verify
 from core.record.props import PROPS, TOPICS, properties, topic_of, uniq_span
 from core.record.scan_batch import Run, ScanBatch
+from core.record.stop import Stop
 
 NUMPY_MIN_RECORDS = 12            # fewer fast-path records are checked with struct, one by one
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
-# STOREHOST RECONSUME PREPARED BODYLEN, for IPv4 hosts: 88 bytes.
-_HEADER_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
+_HEADER_V4 = HEADER_V4            # IPv4 hosts: 88 bytes
 _HEAD_SIZE = _HEADER_V4.size
-_HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-    ("prepared", ">i8"), ("body_len", ">i4")])
+_HEADER_DTYPE = DTYPE_V4
 _HEADER_BYTES = np.arange(_HEAD_SIZE, dtype=np.int64)
-_FRAME = struct.Struct(">ii")
+_FRAME = FRAME
 
 
-class ScanEnd:
-    """Why `scan_segment` stopped."""
-    LIMIT = "limit"        # reached `end` or `max_records`
-    BLANK = "blank"        # the segment's end-of-file filler: continue at the next segment
-    END = "end"            # no record starts here (zeros, a foreign magic, a torn tail)
-    CORRUPT = "corrupt"    # a framed record that fails its checks
-    MISPLACED = "misplaced"  # a valid record whose PHYSOFFSET is not where it lies
+ScanEnd = Stop             # why scan_segment stopped: LIMIT, BLANK, END, CORRUPT or MISPLACED
 
 
 def _walk(buf, pos: int, end: int, room: int) -> list[int]:
@@ -339,11 +325,10 @@ def like_run_length(buf, pos: int, base: int | None, total: int, body: int, coun
 
 
 def _from_check(buf, pos: int, end: int, check_crc: bool):
-    """The general parse, for records the fast path does not take: (row or ScanEnd, size)."""
+    """The general parse, for records the fast path does not take: (row or Stop, size)."""
     req, size = check_record(buf, pos, end, check_crc)
     if req.__class__ is not DispatchRequest:
-        return {RecordCheck.BLANK: ScanEnd.BLANK, RecordCheck.END: ScanEnd.END,
-                RecordCheck.CORRUPT: ScanEnd.CORRUPT}[req], size
+        return req, size                  # Stop.BLANK, END or CORRUPT
     return (req.commit_log_offset, req.msg_size, req.topic, req.queue_id,
             req.consume_queue_offset, req.tags_code, req.store_timestamp, req.keys,
             req.uniq_key, req.sys_flag), size
@@ -354,12 +339,12 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
     """Append the valid records of `buf[pos:end]` to `out` (while it holds < `max_records`).
 
     `base` is the segment's first physical offset: a record must say it lies at base + pos.
-    Returns (position reached, ScanEnd); for BLANK the position is that of the filler.
+    Returns (position reached, Stop); for BLANK the position is that of the filler.
     """
     while pos < end:
         room = max_records - len(out)
         if room <= 0:
-            return pos, ScanEnd.LIMIT
+            return pos, Stop.LIMIT
         if room >= NUMPY_MIN_RECORDS and end - pos >= 8:
             taken = _take_strided(buf, pos, end, base, check_crc, out, room)
             if taken:
@@ -373,15 +358,15 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
                 if taken == len(starts):
                     continue
         if end - pos < 8:
-            return pos, ScanEnd.END
+            return pos, Stop.END
         total, magic = _FRAME.unpack_from(buf, pos)
         if magic == MAGIC_BLANK and 8 <= total <= end - pos:
-            return pos, ScanEnd.BLANK
+            return pos, Stop.BLANK
         row, size = _from_check(buf, pos, end, check_crc)
         if row.__class__ is not tuple:
             return pos, row
         if row[0] != base + pos:
-            return pos, ScanEnd.MISPLACED
+            return pos, Stop.MISPLACED
         out.add(row)
         pos += size
-    return pos, ScanEnd.LIMIT
+    return pos, Stop.LIMIT

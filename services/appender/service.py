@@ -46,7 +46,7 @@ import time
 
 import zmq
 
-from core.record.batch_encode import prepare_batch_records, prepare_each
+from core.record.batch_encode import encode_batch
 from core.delay.put import delay_rules, delayed_put
 from core.record.encode import encode_record
 from core.log.commitlog import CommitLog, append_status_to_put
@@ -433,11 +433,7 @@ class Appender(ServiceLoop):
         `encode_record` gives them), or the PutMessageStatus refusing it."""
         msgs = req.messages
         max_size, host, crc = self.max_size, self.store_host, self.commitlog.prop_crc
-        if req.bodies is not None:
-            msgs[0].queue_id = qid
-            return prepare_batch_records(msgs[0], req.bodies, max_size, host, req.uniq_keys, req.block,
-                                         req.sizes, crc)
-        if not batch:                                         # one message: its record's bytes
+        if req.bodies is None and not batch:                  # one message: its record's bytes
             msgs[0].queue_id = qid
             if msgs[0].properties:
                 stored = delayed_put(msgs[0], self.delay_rules)     # DELAY or a timer
@@ -447,7 +443,7 @@ class Appender(ServiceLoop):
             return encode_record(msgs[0], max_size, host, crc)
         for m in msgs:
             m.queue_id = qid
-        return prepare_each(msgs, max_size, host, crc)
+        return encode_batch(msgs, max_size, host, crc, req.bodies, req.uniq_keys, req.block, req.sizes)
 
     def _topics_changed(self) -> None:
         self.cb.set(Word.TOPICS_VERSION, self.cb.get(Word.TOPICS_VERSION) + 1)

@@ -3,30 +3,15 @@ reply that returns messages), built straight from stored records.
 
 `MetaEncoder.encode(chunks)` walks runs of whole records (as `services.reader.pull` copies
 them out of the CommitLog) and returns the list of metadata maps and one frame with the
-bodies concatenated in the same order. It reads the header with one struct unpack per
-record and caches what repeats between messages (host strings, topic names), so the
-per-message work is the unpack, the properties and the map itself. The record layout is
-DESIGN.md section 3 (core.record.codec writes it); magic and TOTALSIZE are checked, so bytes that
-are not a record raise ValueError.
+bodies concatenated in the same order. Each record is read by the store's checking parser
+(`core.record.codec.parse_record`, without the CRC), so bytes that are not a record raise
+ValueError; host strings and their hex, which repeat between messages, are cached.
 """
 from __future__ import annotations
 
-import struct
+from core.record.codec import parse_record
+from core.record.message import PROPERTY_KEYS, PROPERTY_TAGS, bytes_to_host
 
-from core.record.codec import MAGIC_V1, MAGIC_V2, host_lengths
-from core.record.crc_property import strip
-from core.record.message import (
-    PROPERTY_KEYS, PROPERTY_TAGS, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, bytes_to_host,
-    string_to_properties,
-)
-
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSOFFSET SYSFLAG BORNTS BORNHOST STORETS
-# STOREHOST RECONSUME PREPARED BODYLEN, for each (born host, store host) address length.
-_HEADERS = {(b, s): struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20) for s in (8, 20)}
-_HEADER_V4 = _HEADERS[8, 8]
-_V4_SIZE = _HEADER_V4.size
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_I16 = struct.Struct(">h")
 _CACHE_LIMIT = 4096
 
 
@@ -36,7 +21,6 @@ class MetaEncoder:
     def __init__(self):
         self._hosts: dict[bytes, str] = {}
         self._host_hex: dict[bytes, str] = {}
-        self._topics: dict[bytes, str] = {}
 
     def host(self, raw: bytes) -> str:
         """"ip:port" ("[ip]:port" for IPv6) of a stored 8- or 20-byte host."""
@@ -58,57 +42,20 @@ class MetaEncoder:
             self._host_hex[raw] = text
         return text
 
-    def _topic(self, raw: bytes) -> str:
-        name = self._topics.get(raw)
-        if name is None:
-            name = raw.decode("utf-8")
-            if len(self._topics) >= _CACHE_LIMIT:
-                self._topics.clear()
-            self._topics[raw] = name
-        return name
-
     def encode(self, chunks) -> tuple[list[dict], bytes]:
         metas: list[dict] = []
         bodies: list = []
-        hosts, host_hex, topics = self._hosts, self._host_hex, self._topics
-        unpack_v4 = _HEADER_V4.unpack_from
-        i16 = _I16.unpack_from
+        hosts, host_hex = self._hosts, self._host_hex
         for chunk in chunks:
             mv = memoryview(chunk)
             pos, n = 0, len(chunk)
             while pos < n:
-                if n - pos < _V4_SIZE:
-                    raise ValueError(f"{n - pos} bytes at {pos} are too short for a record")
-                (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born,
-                 store_ts, store, reconsume, _prepared, body_len) = unpack_v4(chunk, pos)
-                p = pos + _V4_SIZE
-                if sys_flag & _V6_BITS:
-                    header = _HEADERS[host_lengths(sys_flag)]
-                    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born,
-                     store_ts, store, reconsume, _prepared, body_len) = header.unpack_from(chunk, pos)
-                    p = pos + header.size
-                body_end = p + body_len
-                if (magic != MAGIC_V1 and magic != MAGIC_V2) or body_len < 0 or body_end > pos + total:
-                    raise ValueError(f"no message record at {pos}: magic {magic & 0xFFFFFFFF:#x}, "
-                                     f"TOTALSIZE {total}, body length {body_len}")
-                bodies.append(mv[p:body_end])
-                if magic == MAGIC_V1:
-                    p = body_end + 1
-                    topic_raw = chunk[p:p + chunk[body_end]]
-                else:
-                    p = body_end + 2
-                    topic_raw = chunk[p:p + i16(chunk, body_end)[0]]
-                topic = topics.get(topic_raw) or self._topic(topic_raw)
-                p += len(topic_raw)
-                props_len = i16(chunk, p)[0]
-                p += 2
-                if props_len > 0:
-                    props = string_to_properties(str(strip(chunk[p:p + props_len]), "utf-8"))
-                    p += props_len
-                else:
-                    props = {}
-                if p - pos != total:
-                    raise ValueError(f"record at {pos}: TOTALSIZE {total} but fields add up to {p - pos}")
+                why, total, h, body_at, topic, props = parse_record(chunk, pos, n, False)
+                if why is not None:
+                    raise ValueError(f"no message record at {pos} ({why}) of a {n}-byte chunk")
+                (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born,
+                 store_ts, store, reconsume, _prepared, body_len) = h
+                bodies.append(mv[body_at:body_at + body_len])
                 metas.append({
                     "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset,
                     "phys_offset": phys, "store_size": total, "body_size": body_len, "flag": flag,

@@ -1,4 +1,4 @@
-"""ipc.received.split_records: the lean loop for v1 records with IPv4 hosts and the careful
+"""core/record/split.py, as ipc.received.split_records uses it: the lean loop for v1 records with IPv4 hosts and the careful
 record-by-record loop it hands over to must together split any frame of records exactly (v1,
 v2, IPv6 hosts, in any mix, and runs of records of one size, which are split with numpy), and
 refuse any frame that is not whole records wherever the bad bytes are."""
