@@ -1,0 +1,661 @@
+/* core.record._accel: the compiled loops of the record codec (DESIGN.md section 1).
+ *
+ * Imported only by core/record/accel.py. Each function here has a pure-Python reference that
+ * stays the definition (named beside each function); tests/unit/test_accel.py holds the two
+ * byte-equal and result-equal with Hypothesis. Nothing here decides policy: the Python module
+ * of each path calls these where they pay.
+ *
+ *   crc32(data, value=0)          zlib.crc32 (core.record.crc)
+ *   crc32_many(buffers)           the crc32 of each buffer of a sequence, as uint32 bytes
+ *   crc32_rows(matrix)            the crc32 of each row of a 2-D uint8 buffer (strided rows)
+ *   crc32_spans(buf, starts, stops)  the crc32 of each buf[starts[i]:stops[i]]
+ *   first_bad(buf, start, sizes, phys, topic, queue_id, queue_offsets, mode)
+ *                                 the index of the first record that core.read.check's
+ *                                 record_problem refuses, -1 when none (the reason is then
+ *                                 asked of the reference)
+ *   seal_uniform(buf, pos, size, n)   crc_property.seal_grid on the bytes of buf
+ *   seal_sizes(buf, pos, sizes)       crc_property.seal_run
+ *   java_hash(s)                  core.record.hashing.java_hash
+ *   index_key_hashes(keys, prefix)    hashing.index_key_hashes of a list of str, int64 bytes
+ *
+ * The CRC is zlib's (CRC-32, reflected polynomial 0xEDB88320): 16-byte folding with carry-less
+ * multiply (Gopal et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ",
+ * Intel 2009) where the CPU has it, slicing by eight bytes for the rest and elsewhere.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CLMUL_BUILD 1
+#include <immintrin.h>
+#endif
+
+/* ---- CRC-32 ------------------------------------------------------------------------------ */
+
+static uint32_t crc_table[8][256];
+static int have_clmul = 0;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int k = 1; k < 8; k++)
+        for (int i = 0; i < 256; i++)
+            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xFF];
+#ifdef HAVE_CLMUL_BUILD
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+}
+
+/* The raw register (inverted pre- and post-condition left to the caller) through n bytes. */
+static uint32_t crc_slice8(uint32_t reg, const uint8_t *p, size_t n)
+{
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+#endif
+        v ^= reg;
+        reg = crc_table[7][v & 0xFF] ^ crc_table[6][(v >> 8) & 0xFF]
+            ^ crc_table[5][(v >> 16) & 0xFF] ^ crc_table[4][(v >> 24) & 0xFF]
+            ^ crc_table[3][(v >> 32) & 0xFF] ^ crc_table[2][(v >> 40) & 0xFF]
+            ^ crc_table[1][(v >> 48) & 0xFF] ^ crc_table[0][v >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        reg = (reg >> 8) ^ crc_table[0][(reg ^ *p++) & 0xFF];
+    return reg;
+}
+
+#ifdef HAVE_CLMUL_BUILD
+/* The raw register through n bytes, n >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_fold(uint32_t reg, const uint8_t *buf, size_t len)
+{
+    /* The bit-reflected constants of the paper for CRC-32: x^(4*128+32), x^(4*128-32) mod P
+     * (four-way folding), x^(128+32), x^(128-32) (one-way), x^64 mod P, and P', mu. */
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)reg));
+    x0 = k1k2;
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64;
+        len -= 64;
+    }
+    x0 = k3k4;                                     /* four lanes into one */
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 bits to 64, then Barrett reduction to 32. */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = k5k0;
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = poly;
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+/* zlib.crc32(p[:n], crc) */
+static uint32_t crc32_of(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint32_t reg = ~crc;
+#ifdef HAVE_CLMUL_BUILD
+    if (have_clmul && n >= 64) {
+        size_t chunk = n & ~(size_t)15;
+        reg = crc_fold(reg, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+#endif
+    return ~crc_slice8(reg, p, n);
+}
+
+static PyObject *py_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    unsigned long value = 0;
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "crc32(data, value=0)");
+    if (nargs == 2) {
+        value = PyLong_AsUnsignedLongMask(args[1]);
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc;
+    if (view.len >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32_of((uint32_t)value, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32_of((uint32_t)value, view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *py_crc32_many(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "crc32_many takes a sequence of buffers");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    uint32_t *crcs = (uint32_t *)PyBytes_AS_STRING(out);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(fast);
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint32_t c = crc32_of(0, view.buf, (size_t)view.len);
+        memcpy(crcs + i, &c, 4);
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(fast);
+    return out;
+}
+
+static PyObject *py_crc32_rows(PyObject *self, PyObject *matrix)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(matrix, &view, PyBUF_STRIDED_RO) < 0)
+        return NULL;
+    if (view.ndim != 2 || view.itemsize != 1 || view.strides[1] != 1) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "crc32_rows takes a matrix of bytes, rows contiguous");
+    }
+    Py_ssize_t n = view.shape[0], width = view.shape[1], stride = view.strides[0];
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out != NULL) {
+        uint32_t *crcs = (uint32_t *)PyBytes_AS_STRING(out);
+        const uint8_t *row = view.buf;
+        for (Py_ssize_t i = 0; i < n; i++, row += stride) {
+            uint32_t c = crc32_of(0, row, (size_t)width);
+            memcpy(crcs + i, &c, 4);
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* Fill a C array of n int64 from a sequence of ints; -1 with an exception set on error. */
+static int int64s(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) < n) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: too few values", what);
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(items[i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        out[i] = v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *py_crc32_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "crc32_spans(buf, starts, stops)");
+    Py_ssize_t n = PyObject_Length(args[1]);
+    if (n < 0)
+        return NULL;
+    int64_t *at = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)(n ? n : 1));
+    if (at == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = NULL;
+    Py_buffer view;
+    if (int64s(args[1], n, at, "starts") < 0 || int64s(args[2], n, at + n, "stops") < 0)
+        goto done;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (at[i] < 0 || at[n + i] > view.len || at[n + i] < at[i]) {
+            PyBuffer_Release(&view);
+            PyErr_Format(PyExc_ValueError, "span %zd outside the buffer", i);
+            goto done;
+        }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out != NULL) {
+        uint32_t *crcs = (uint32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t c = crc32_of(0, (const uint8_t *)view.buf + at[i], (size_t)(at[n + i] - at[i]));
+            memcpy(crcs + i, &c, 4);
+        }
+    }
+    PyBuffer_Release(&view);
+done:
+    PyMem_Free(at);
+    return out;
+}
+
+/* ---- the whole-record CRC property (core.record.crc_property) ------------------------------ */
+
+#define RESERVED 20
+static const uint8_t RESERVE[RESERVED] = "__CRC32#\x01" "0000000000" "\x02";
+
+static void put_digits(uint8_t *d, uint32_t crc)           /* least significant first */
+{
+    for (int j = 0; j < 10; j++) {
+        d[j] = (uint8_t)('0' + crc % 10);
+        crc /= 10;
+    }
+}
+
+enum { ABSENT = -1, DAMAGED = -2 };
+
+/* crc_property.claim of the 20 bytes at t */
+static int64_t claim(const uint8_t *t)
+{
+    int label = memcmp(t, RESERVE, 9) == 0;
+    if (label && t[19] == 2) {
+        int64_t v = 0, scale = 1, ok = 1;
+        for (int j = 9; j < 19; j++) {
+            if (t[j] < '0' || t[j] > '9') {
+                ok = 0;
+                break;
+            }
+            v += (t[j] - '0') * scale;
+            scale *= 10;
+        }
+        if (ok)
+            return v;
+    }
+    if (label)
+        return DAMAGED;
+    int off = 0;
+    for (int j = 0; j < RESERVED; j++)
+        off += (j >= 9 && j < 19) ? (t[j] < '0' || t[j] > '9') : (t[j] != RESERVE[j]);
+    return off <= 2 ? DAMAGED : ABSENT;
+}
+
+static PyObject *py_seal_uniform(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, size, n;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "Onnn", &obj, &pos, &size, &n))
+        return NULL;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (pos < 0 || size < RESERVED || n < 0 || (n && pos + n * size > view.len)) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "records outside the buffer");
+    }
+    uint8_t *p = (uint8_t *)view.buf + pos;
+    for (Py_ssize_t i = 0; i < n; i++, p += size)
+        put_digits(p + size - 11, crc32_of(0, p, (size_t)(size - RESERVED)) & 0x7FFFFFFFu);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_seal_sizes(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    PyObject *obj, *sizes;
+    if (!PyArg_ParseTuple(args, "OnO", &obj, &pos, &sizes))
+        return NULL;
+    PyObject *fast = PySequence_Fast(sizes, "sizes");
+    if (fast == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *result = Py_None;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(items[i]);
+        if (size == -1 && PyErr_Occurred()) {
+            result = NULL;
+            break;
+        }
+        if (pos < 0 || size < RESERVED || pos + size > view.len) {
+            PyErr_Format(PyExc_ValueError, "record %zd outside the buffer", i);
+            result = NULL;
+            break;
+        }
+        uint8_t *p = (uint8_t *)view.buf + pos;
+        if (memcmp(p + size - RESERVED, RESERVE, 9) == 0)
+            put_digits(p + size - 11, crc32_of(0, p, (size_t)(size - RESERVED)) & 0x7FFFFFFFu);
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(fast);
+    Py_XINCREF(result);
+    return result;
+}
+
+/* ---- the read check (core.read.check.record_problem) -------------------------------------- */
+
+#define MAGIC_V1 ((int32_t)0xDAA320A7u)
+#define MAGIC_V2 ((int32_t)0xDAA320ABu)
+#define FORCED 2
+
+static inline int32_t be32(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+static inline int64_t be64(const uint8_t *p)
+{
+    return (int64_t)((uint64_t)(uint32_t)be32(p) << 32 | (uint32_t)be32(p + 4));
+}
+
+typedef struct {
+    const uint8_t *topic;      /* NULL: not compared */
+    Py_ssize_t topic_len;
+    int has_qid;
+    int32_t qid;
+    int mode;                  /* 0 no CRC, 1 record CRC or body CRC, 2 FORCED */
+} expect_t;
+
+/* Whether the size bytes at pos of b[0:len] pass record_problem (phys, qoff: NULL not given).
+ * Never more lenient than the reference: first_bad's caller re-asks the reference from the
+ * first refusal on. */
+static int record_ok(const uint8_t *b, Py_ssize_t len, int64_t pos, int64_t size,
+                     const int64_t *phys, const int64_t *qoff, const expect_t *e)
+{
+    int64_t end = pos + size;
+    if (pos < 0 || size < 40 || end > len)
+        return 0;
+    const uint8_t *r = b + pos;
+    int32_t total = be32(r), magic = be32(r + 4), body_crc = be32(r + 8), qid = be32(r + 12);
+    int32_t sys_flag = be32(r + 36);
+    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total != size)
+        return 0;
+    if ((phys && be64(r + 28) != *phys) || (e->has_qid && qid != e->qid) || (qoff && be64(r + 20) != *qoff))
+        return 0;
+    int64_t body_at = pos + 68 + ((sys_flag & 0x10) ? 20 : 8) + ((sys_flag & 0x20) ? 20 : 8);
+    if (body_at + 4 > end)
+        return 0;
+    int64_t body_len = be32(b + body_at);
+    body_at += 4;
+    int64_t p = body_at + body_len;
+    if (body_len < 0 || p + 3 > end)
+        return 0;
+    int64_t n;
+    if (magic == MAGIC_V1) {
+        n = b[p];
+        p += 1;
+    } else {
+        n = (int64_t)b[p] << 8 | b[p + 1];
+        p += 2;
+    }
+    if (p + n + 2 > end)
+        return 0;
+    if (e->topic && (n != e->topic_len || memcmp(b + p, e->topic, (size_t)n) != 0))
+        return 0;
+    p += n;
+    if (p + 2 + ((int64_t)b[p] << 8 | b[p + 1]) != end)
+        return 0;
+    if (!e->mode)
+        return 1;
+    int64_t stored = size < RESERVED ? ABSENT : claim(b + end - RESERVED);
+    if (stored >= 0)
+        return (int64_t)(crc32_of(0, r, (size_t)(size - RESERVED)) & 0x7FFFFFFFu) == stored;
+    if (stored == DAMAGED || e->mode == FORCED)
+        return 0;
+    return (int64_t)(crc32_of(0, b + body_at, (size_t)body_len) & 0x7FFFFFFFu) == (int64_t)body_crc;
+}
+
+static PyObject *py_first_bad(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* buf, start, sizes, phys|None, topic|None, queue_id|None, queue_offsets|None, mode */
+    if (nargs != 8)
+        return PyErr_Format(PyExc_TypeError,
+                            "first_bad(buf, start, sizes, phys, topic, queue_id, queue_offsets, mode)");
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyObject_Length(args[2]);
+    if (n < 0)
+        return NULL;
+    expect_t e = {NULL, 0, 0, 0, 0};
+    e.mode = PyLong_AsLong(args[7]);
+    if (e.mode == -1 && PyErr_Occurred())
+        return NULL;
+    if (args[5] != Py_None) {
+        long q = PyLong_AsLong(args[5]);
+        if (q == -1 && PyErr_Occurred())
+            return NULL;
+        if (q < INT32_MIN || q > INT32_MAX)        /* no record has it */
+            return PyLong_FromLong(n ? 0 : -1);
+        e.has_qid = 1;
+        e.qid = (int32_t)q;
+    }
+    if (args[4] != Py_None) {
+        if (!PyBytes_Check(args[4]))
+            return PyErr_Format(PyExc_TypeError, "topic must be bytes or None");
+        e.topic = (const uint8_t *)PyBytes_AS_STRING(args[4]);
+        e.topic_len = PyBytes_GET_SIZE(args[4]);
+    }
+    int64_t stack[3 * 64];
+    int64_t *vals = n <= 64 ? stack : PyMem_Malloc(sizeof(int64_t) * 3 * (size_t)n);
+    if (vals == NULL)
+        return PyErr_NoMemory();
+    int64_t *sizes = vals, *phys = NULL, *qoffs = NULL;
+    PyObject *out = NULL;
+    if (int64s(args[2], n, sizes, "sizes") < 0)
+        goto done;
+    if (args[3] != Py_None) {
+        phys = vals + n;
+        if (int64s(args[3], n, phys, "phys") < 0)
+            goto done;
+    }
+    if (args[6] != Py_None) {
+        qoffs = vals + 2 * n;
+        if (int64s(args[6], n, qoffs, "queue_offsets") < 0)
+            goto done;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    Py_ssize_t bad = -1;
+    int64_t pos = start;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!record_ok(view.buf, view.len, pos, sizes[i], phys ? phys + i : NULL,
+                       qoffs ? qoffs + i : NULL, &e)) {
+            bad = i;
+            break;
+        }
+        pos += sizes[i];
+    }
+    PyBuffer_Release(&view);
+    out = PyLong_FromSsize_t(bad);
+done:
+    if (vals != stack)
+        PyMem_Free(vals);
+    return out;
+}
+
+/* ---- Java String.hashCode (core.record.hashing) ------------------------------------------ */
+
+static int java_hash_of(PyObject *s, uint32_t *out)
+{
+    if (PyUnicode_READY(s) < 0)
+        return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {                          /* a surrogate pair in UTF-16 */
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    *out = h;
+    return 0;
+}
+
+static PyObject *py_java_hash(PyObject *self, PyObject *s)
+{
+    uint32_t h;
+    if (!PyUnicode_Check(s))
+        return PyErr_Format(PyExc_TypeError, "java_hash takes a str");
+    if (java_hash_of(s, &h) < 0)
+        return NULL;
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+static PyObject *py_index_key_hashes(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *prefix;
+    if (!PyArg_ParseTuple(args, "OU", &keys, &prefix))
+        return NULL;
+    uint32_t hp;
+    if (java_hash_of(prefix, &hp) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(keys, "keys");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out == NULL)
+        goto done;
+    int64_t *hashes = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_Check(items[i]) || PyUnicode_READY(items[i]) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "keys must be str");
+            Py_CLEAR(out);
+            goto done;
+        }
+        /* h(prefix + key) = h(prefix) * 31^units(key) + h(key), mod 2^32 */
+        uint32_t hk, scale = 1;
+        java_hash_of(items[i], &hk);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(items[i]);
+        int kind = PyUnicode_KIND(items[i]);
+        const void *data = PyUnicode_DATA(items[i]);
+        for (Py_ssize_t j = 0; j < len; j++) {
+            scale *= 31;
+            if (PyUnicode_READ(kind, data, j) >= 0x10000)
+                scale *= 31;
+        }
+        int32_t h = (int32_t)(hp * scale + hk);
+        int64_t v = h == INT32_MIN ? 0 : (h < 0 ? -(int64_t)h : h);
+        memcpy(hashes + i, &v, 8);
+    }
+done:
+    Py_DECREF(fast);
+    return out;
+}
+
+/* ---- module ------------------------------------------------------------------------------ */
+
+static PyMethodDef methods[] = {
+    {"crc32", (PyCFunction)(void (*)(void))py_crc32, METH_FASTCALL, "zlib.crc32(data, value=0)"},
+    {"crc32_many", py_crc32_many, METH_O, "crc32 of each buffer, as native uint32 bytes"},
+    {"crc32_rows", py_crc32_rows, METH_O, "crc32 of each row of a 2-D uint8 buffer, as uint32 bytes"},
+    {"crc32_spans", (PyCFunction)(void (*)(void))py_crc32_spans, METH_FASTCALL,
+     "crc32 of each buf[starts[i]:stops[i]], as uint32 bytes"},
+    {"first_bad", (PyCFunction)(void (*)(void))py_first_bad, METH_FASTCALL,
+     "index of the first record the read check refuses, -1 when none"},
+    {"seal_uniform", py_seal_uniform, METH_VARARGS, "seal n records of one size from pos"},
+    {"seal_sizes", py_seal_sizes, METH_VARARGS, "seal the records of sizes back to back from pos"},
+    {"java_hash", py_java_hash, METH_O, "Java String.hashCode, int32"},
+    {"index_key_hashes", py_index_key_hashes, METH_VARARGS,
+     "index key hash of prefix + key for each key, as native int64 bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "core.record._accel",
+    "Compiled loops of the record codec; see core/record/accel.py.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__accel(void)
+{
+    crc_init();
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "clmul", have_clmul) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
