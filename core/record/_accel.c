@@ -384,7 +384,7 @@ static PyObject *py_seal_sizes(PyObject *self, PyObject *args)
     PyObject **items = PySequence_Fast_ITEMS(fast);
     PyObject *result = Py_None;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t size = PyLong_AsSsize_t(items[i]);
+        long long size = PyLong_AsLongLong(items[i]);
         if (size == -1 && PyErr_Occurred()) {
             result = NULL;
             break;
@@ -484,7 +484,7 @@ static PyObject *py_first_bad(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (nargs != 8)
         return PyErr_Format(PyExc_TypeError,
                             "first_bad(buf, start, sizes, phys, topic, queue_id, queue_offsets, mode)");
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long start = PyLong_AsLongLong(args[1]);
     if (start == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t n = PyObject_Length(args[2]);

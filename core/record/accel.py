@@ -17,10 +17,19 @@ import warnings
 
 PURE = os.environ.get("MQSTORE_PURE_PYTHON", "") not in ("", "0")
 
+
+
+def load():
+    """The extension module, whatever the environment says (tests of it); ImportError when it
+    is not built."""
+    from core.record import _accel
+    return _accel
+
+
 native = None
 if not PURE:
     try:
-        from core.record import _accel as native
+        native = load()
     except ImportError as exc:                         # not built: the reference serves
         warnings.warn(f"core.record._accel is not built ({exc}); the pure-Python record codec "
                       "is used (pip install -e . builds it)", RuntimeWarning, stacklevel=2)

@@ -20,6 +20,9 @@ check mode is `FORCED` (`force_verify_prop_crc`), under which it is invalid, as 
 RocketMQ's decoder reads the property as any other; our message views leave it out of the
 user's properties (`strip`).
 
+With the compiled accelerator (`core.record.accel`) sealing a batch is one C call
+(`_accel.seal_uniform`, `seal_sizes`): the CRCs and their digits written in place.
+
 Check modes, the `check_crc` argument of the parsers: False (no CRC checked), True (the record
 CRC where a record has one, else the body CRC), FORCED (the record CRC required).
 """
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.record.accel import native
+from core.record.body_crc import crc32_spans
 from core.record.crc import crc32
 
 CRC32_RESERVED_LEN = 20
@@ -62,6 +67,11 @@ def seal(buf, pos: int, size: int) -> None:
 
 def seal_run(buf, start: int, sizes) -> None:
     """`seal` each record of a batch lying back to back from `start` with `sizes`."""
+    if native is not None:
+        try:
+            return native.seal_sizes(buf, start, sizes)
+        except (ValueError, OverflowError, TypeError):     # as the reference does
+            pass
     pos = start
     for size in sizes:
         seal(buf, pos, size)
@@ -73,6 +83,9 @@ def seal_grid(buf, pos: int, grid: np.ndarray) -> None:
     row, all with the reserve): one CRC call per record over a slice of `buf` (C-level
     iteration), the digits of all of them set with one assignment."""
     n, size = grid.shape
+    if native is not None and size >= CRC32_RESERVED_LEN and pos + n * size <= len(buf):
+        native.seal_uniform(buf, pos, size, n)
+        return
     cut = size - CRC32_RESERVED_LEN
     view = memoryview(buf)
     try:
@@ -131,10 +144,6 @@ def run_crcs_ok(buf, starts, total: int, check_crc) -> np.ndarray | None:
             and ((body >= 0x30) & (body <= 0x39)).all()):
         return None
     stored = (body.astype(np.int64) - 0x30) @ _POWERS
-    view = memoryview(buf)
-    try:
-        got = np.fromiter((crc32(view[p:p + total - CRC32_RESERVED_LEN]) for p in at.tolist()),
-                          np.int64, len(at))
-    finally:
-        view.release()
+    starts = at.tolist()
+    got = crc32_spans(buf, starts, [p + total - CRC32_RESERVED_LEN for p in starts], len(starts))
     return (got & 0x7FFFFFFF) == stored
