@@ -21,7 +21,8 @@ RocketMQ's decoder reads the property as any other; our message views leave it o
 user's properties (`strip`).
 
 With the compiled accelerator (`core.record.accel`) sealing a batch is one C call
-(`_accel.seal_uniform`, `seal_sizes`): the CRCs and their digits written in place.
+(`_accel.seal_uniform`, `seal_sizes`), and so is sealing one record: the CRCs and their
+digits written in place, no slice of the record copied.
 
 Check modes, the `check_crc` argument of the parsers: False (no CRC checked), True (the record
 CRC where a record has one, else the body CRC), FORCED (the record CRC required).
@@ -60,6 +61,11 @@ def digits(crc: int) -> bytes:
 
 def seal(buf, pos: int, size: int) -> None:
     """Write the CRC into the reserve of the record at `pos` (`size` bytes), when it has one."""
+    if native is not None and size >= CRC32_RESERVED_LEN:
+        try:
+            return native.seal_sizes(buf, pos, (size,))   # no copy of the record
+        except (ValueError, OverflowError, TypeError):
+            pass
     end = pos + size
     if buf[end - CRC32_RESERVED_LEN:end - 11] == LABEL:
         buf[end - 11:end - 1] = (b"%010d" % (crc32(buf[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF))[::-1]

@@ -187,6 +187,10 @@ def test_sealing_writes_the_bytes_the_reference_writes(bodies, same, lead):
             buf = bytearray(raw)
             crc_property.seal_run(buf, lead, sizes)
             out["run", on] = bytes(buf)
+            buf = bytearray(raw)
+            for i in range(len(sizes)):
+                crc_property.seal(buf, lead + sum(sizes[:i]), sizes[i])
+            assert bytes(buf) == out["run", on]
             if same:
                 buf = bytearray(raw)
                 grid = np.frombuffer(buf, np.uint8, sum(sizes), lead).reshape(len(sizes), sizes[0])
