@@ -13,6 +13,7 @@
  *                                 the index of the first record that core.read.check's
  *                                 record_problem refuses, -1 when none (the reason is then
  *                                 asked of the reference)
+ *   record_crcs_ok(buf, starts, total)  crc_property.run_crcs_ok, as bytes of 0/1 or None
  *   seal_uniform(buf, pos, size, n)   crc_property.seal_grid on the bytes of buf
  *   seal_sizes(buf, pos, sizes)       crc_property.seal_run
  *   java_hash(s)                  core.record.hashing.java_hash
@@ -405,6 +406,61 @@ static PyObject *py_seal_sizes(PyObject *self, PyObject *args)
     return result;
 }
 
+/* crc_property.run_crcs_ok: None when a record of the run does not end in a well-formed
+ * property, else one byte per record, 1 where its record CRC matches. */
+static PyObject *py_record_crcs_ok(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *starts;
+    Py_ssize_t total;
+    if (!PyArg_ParseTuple(args, "OOn", &obj, &starts, &total))
+        return NULL;
+    Py_ssize_t n = PyObject_Length(starts);
+    if (n < 0)
+        return NULL;
+    int64_t *at = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (at == NULL)
+        return PyErr_NoMemory();
+    PyObject *out = NULL;
+    Py_buffer view;
+    if (int64s(starts, n, at, "starts") < 0)
+        goto done;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (total < RESERVED) {
+        PyErr_Format(PyExc_ValueError, "records shorter than the property");
+        goto release;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (at[i] < 0 || at[i] + total > view.len) {
+            PyErr_Format(PyExc_ValueError, "record %zd outside the buffer", i);
+            goto release;
+        }
+        const uint8_t *t = (const uint8_t *)view.buf + at[i] + total - RESERVED;
+        int ok = memcmp(t, RESERVE, 9) == 0 && t[19] == 2;
+        for (int j = 9; ok && j < 19; j++)
+            ok = t[j] >= '0' && t[j] <= '9';
+        if (!ok) {
+            out = Py_None;
+            Py_INCREF(out);
+            goto release;
+        }
+    }
+    out = PyBytes_FromStringAndSize(NULL, n);
+    if (out != NULL) {
+        uint8_t *res = (uint8_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint8_t *r = (const uint8_t *)view.buf + at[i];
+            res[i] = (uint8_t)(claim(r + total - RESERVED)
+                               == (int64_t)(crc32_of(0, r, (size_t)(total - RESERVED)) & 0x7FFFFFFFu));
+        }
+    }
+release:
+    PyBuffer_Release(&view);
+done:
+    PyMem_Free(at);
+    return out;
+}
+
 /* ---- the read check (core.read.check.record_problem) -------------------------------------- */
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7u)
@@ -636,6 +692,8 @@ static PyMethodDef methods[] = {
      "crc32 of each buf[starts[i]:stops[i]], as uint32 bytes"},
     {"first_bad", (PyCFunction)(void (*)(void))py_first_bad, METH_FASTCALL,
      "index of the first record the read check refuses, -1 when none"},
+    {"record_crcs_ok", py_record_crcs_ok, METH_VARARGS,
+     "None, or per record 1 where its record CRC property matches"},
     {"seal_uniform", py_seal_uniform, METH_VARARGS, "seal n records of one size from pos"},
     {"seal_sizes", py_seal_sizes, METH_VARARGS, "seal the records of sizes back to back from pos"},
     {"java_hash", py_java_hash, METH_O, "Java String.hashCode, int32"},

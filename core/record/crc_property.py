@@ -22,7 +22,8 @@ user's properties (`strip`).
 
 With the compiled accelerator (`core.record.accel`) sealing a batch is one C call
 (`_accel.seal_uniform`, `seal_sizes`), and so is sealing one record: the CRCs and their
-digits written in place, no slice of the record copied.
+digits written in place, no slice of the record copied; so is checking a run's record CRCs
+(`_accel.record_crcs_ok`).
 
 Check modes, the `check_crc` argument of the parsers: False (no CRC checked), True (the record
 CRC where a record has one, else the body CRC), FORCED (the record CRC required).
@@ -141,6 +142,12 @@ def run_crcs_ok(buf, starts, total: int, check_crc) -> np.ndarray | None:
     """For records of `total` bytes at `starts` of `buf` that all end in a well-formed CRC
     property: a bool array, True where the record CRC matches. None when one of them does not
     carry a well-formed property (then each record must be checked alone, `verify`)."""
+    if native is not None:
+        try:
+            ok = native.record_crcs_ok(buf, starts, total)
+            return None if ok is None else np.frombuffer(ok, np.bool_)
+        except (ValueError, OverflowError, TypeError):
+            pass                                # as the reference (which raises IndexError)
     u8 = np.frombuffer(buf, np.uint8)
     at = np.asarray(starts, np.int64)
     tails = u8[(at + total - CRC32_RESERVED_LEN)[:, None] + np.arange(CRC32_RESERVED_LEN)]

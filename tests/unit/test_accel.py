@@ -234,3 +234,26 @@ def test_pure_python_is_chosen_by_the_environment(tmp_path):
                              capture_output=True, text=True, check=True).stdout.split()
         assert out[0] == want
         assert (out[1] == "core.record._accel") == (want == "native")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.booleans(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 7)),
+                                                   max_size=3), st.integers(0, 5))
+def test_a_runs_record_crcs_are_judged_as_the_reference_does(n, sealed, flips, lead):
+    recs = [encode_message(Message("Topic", b"x" * 50, keys=f"k{i:03d}"), i, 0, prop_crc=sealed)
+            for i in range(n)]
+    size = len(recs[0])
+    buf = bytearray(bytes(lead) + b"".join(recs))
+    for at, bit in flips:
+        buf[at % len(buf)] ^= 1 << bit
+    buf = bytes(buf)
+    starts = list(range(lead, lead + n * size, size))
+    with using(False):
+        want = crc_property.run_crcs_ok(buf, starts, size, True)
+    with using(True):
+        got = crc_property.run_crcs_ok(buf, starts, size, True)
+        assert crc_property.run_crcs_ok(buf, range(lead, lead + n * size, size), size, True) is None \
+            if got is None else True
+    assert (want is None and got is None) or want.tolist() == got.tolist()
+    if sealed and not flips:
+        assert got.all()
