@@ -12,10 +12,10 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # `pip install` also builds the record codec's compiled accelerator (setup.py: the C extension
-# core/record/_accel.c); a change of its source builds it again.
+# core/record/_accel.c and _crc32.c); a change of its source builds it again.
 # PySpark finds the `mqstore` data source by listing sys.path (pkgutil.iter_modules), which
 # the editable install's import hook does not show: the checkout itself goes on the path too.
-$(STAMP): pyproject.toml setup.py core/record/_accel.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py $(wildcard core/record/_*.c core/record/_*.h) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,spark]'
 	$(BIN)/python -c "import os, sysconfig; open(os.path.join(sysconfig.get_paths()['purelib'], 'mqstore-checkout.pth'), 'w').write(os.getcwd() + '\\n')"
 	touch $(STAMP)

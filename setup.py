@@ -4,5 +4,7 @@ package is in pyproject.toml. The pure-Python reference stays the fallback
 (core/record/accel.py); MQSTORE_PURE_PYTHON=1 forces it."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("core.record._accel", ["core/record/_accel.c"],
-                             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wno-unused-function"])])
+setup(ext_modules=[Extension(
+    "core.record._accel", ["core/record/_accel.c", "core/record/_crc32.c"],
+    depends=["core/record/_crc32.h"],
+    extra_compile_args=["-O3", "-std=c11", "-Wall", "-fvisibility=hidden"])])

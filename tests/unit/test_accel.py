@@ -7,7 +7,10 @@ pure-Python CI run (`make test-pure`) holds the two equal too; the reference sid
 module with its `native` set to None."""
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import zlib
 from contextlib import contextmanager
 
@@ -225,12 +228,10 @@ def test_java_hash_known_values():
     assert C.java_hash("\U0001F600") == 0xD83D * 31 + 0xDE00          # a surrogate pair
 
 
-def test_pure_python_is_chosen_by_the_environment(tmp_path):
-    import subprocess
-    import sys
+def test_pure_python_is_chosen_by_the_environment():
     code = "from core.record import accel, crc; print(accel.mode(), crc.crc32.__module__)"
     for env, want in (({"MQSTORE_PURE_PYTHON": "1"}, "pure"), ({"MQSTORE_PURE_PYTHON": "0"}, "native")):
-        out = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, **env},
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
                              capture_output=True, text=True, check=True).stdout.split()
         assert out[0] == want
         assert (out[1] == "core.record._accel") == (want == "native")
