@@ -15,8 +15,9 @@ reasons); the reason of a refused record is then asked of `record_problem`, from
 refusal on, so the C code can only speed a verdict up, never change it. `DamageLog` counts
 what reads refused and logs each refusal once per position.
 
-Measured (benchmarks/embedded.py, integrity rows, on a loaded 2-core machine): see the
-final rows of that benchmark.
+Measured (benchmarks/embedded.py, integrity rows, on a loaded 2-core machine): a pull of 32
+sealed 1 KiB records costs about 0.23 us a record to check in C against 2.5-3.7 us in Python;
+raw gets with the checks ran at 0.84x of gets without them (0.36x pure Python).
 """
 from __future__ import annotations
 
