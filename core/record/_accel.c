@@ -463,25 +463,30 @@ done:
 
 /* ---- Java String.hashCode (core.record.hashing) ------------------------------------------ */
 
-static int java_hash_of(PyObject *s, uint32_t *out)
+/* The hash of s's UTF-16 units into *out, and 31^units into *scale (when not NULL). */
+static int java_hash_of(PyObject *s, uint32_t *out, uint32_t *scale)
 {
     if (PyUnicode_READY(s) < 0)
         return -1;
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     int kind = PyUnicode_KIND(s);
     const void *data = PyUnicode_DATA(s);
-    uint32_t h = 0;
+    uint32_t h = 0, k = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         if (c >= 0x10000) {                          /* a surrogate pair in UTF-16 */
             c -= 0x10000;
             h = 31 * h + (0xD800 + (c >> 10));
             h = 31 * h + (0xDC00 + (c & 0x3FF));
+            k *= 31 * 31;
         } else {
             h = 31 * h + c;
+            k *= 31;
         }
     }
     *out = h;
+    if (scale)
+        *scale = k;
     return 0;
 }
 
@@ -490,7 +495,7 @@ static PyObject *py_java_hash(PyObject *self, PyObject *s)
     uint32_t h;
     if (!PyUnicode_Check(s))
         return PyErr_Format(PyExc_TypeError, "java_hash takes a str");
-    if (java_hash_of(s, &h) < 0)
+    if (java_hash_of(s, &h, NULL) < 0)
         return NULL;
     return PyLong_FromLong((long)(int32_t)h);
 }
@@ -501,7 +506,7 @@ static PyObject *py_index_key_hashes(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OU", &keys, &prefix))
         return NULL;
     uint32_t hp;
-    if (java_hash_of(prefix, &hp) < 0)
+    if (java_hash_of(prefix, &hp, NULL) < 0)
         return NULL;
     PyObject *fast = PySequence_Fast(keys, "keys");
     if (fast == NULL)
@@ -520,16 +525,8 @@ static PyObject *py_index_key_hashes(PyObject *self, PyObject *args)
             goto done;
         }
         /* h(prefix + key) = h(prefix) * 31^units(key) + h(key), mod 2^32 */
-        uint32_t hk, scale = 1;
-        java_hash_of(items[i], &hk);
-        Py_ssize_t len = PyUnicode_GET_LENGTH(items[i]);
-        int kind = PyUnicode_KIND(items[i]);
-        const void *data = PyUnicode_DATA(items[i]);
-        for (Py_ssize_t j = 0; j < len; j++) {
-            scale *= 31;
-            if (PyUnicode_READ(kind, data, j) >= 0x10000)
-                scale *= 31;
-        }
+        uint32_t hk, scale;
+        java_hash_of(items[i], &hk, &scale);
         int32_t h = (int32_t)(hp * scale + hk);
         int64_t v = h == INT32_MIN ? 0 : (h < 0 ? -(int64_t)h : h);
         memcpy(hashes + i, &v, 8);
