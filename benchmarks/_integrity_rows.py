@@ -106,15 +106,18 @@ def _one_round(root: str, tag: str, quick: bool) -> list[tuple[str, float, float
         for store in stores.values():
             assert store.wait_for_dispatch()
         store = stores[True]
-        real = read_path.check_run
+        names = [name for name in ("check_run", "check_records") if hasattr(read_path, name)]
+        real = {name: getattr(read_path, name) for name in names}
         rate = {}
         try:
             for checks in (True, False):
-                read_path.check_run = real if checks else (lambda *a, **k: None)
+                for name in names:
+                    setattr(read_path, name, real[name] if checks else (lambda *a, **k: None))
                 n, seconds = _gets(store)
                 rate[checks] = n / seconds
         finally:
-            read_path.check_run = real
+            for name in names:
+                setattr(read_path, name, real[name])
         out.append(("get x32 raw .buffers: read checks on / off", rate[True], rate[False]))
     finally:
         for crc, store in stores.items():

@@ -12,7 +12,8 @@
  *   first_bad(buf, start, sizes, phys, topic, queue_id, queue_offsets, mode)
  *                                 the index of the first record that core.read.check's
  *                                 record_problem refuses, -1 when none (the reason is then
- *                                 asked of the reference)
+ *                                 asked of the reference); buf may be a list of
+ *                                 buffers, one record each (start then unused)
  *   record_crcs_ok(buf, starts, total)  crc_property.run_crcs_ok, as bytes of 0/1 or None
  *   seal_uniform(buf, pos, size, n)   crc_property.seal_grid on the bytes of buf
  *   seal_sizes(buf, pos, sizes)       crc_property.seal_run
@@ -441,19 +442,46 @@ static PyObject *py_first_bad(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        goto done;
     Py_ssize_t bad = -1;
-    int64_t pos = start;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!record_ok(view.buf, view.len, pos, sizes[i], phys ? phys + i : NULL,
-                       qoffs ? qoffs + i : NULL, &e)) {
-            bad = i;
-            break;
+    if (PyList_Check(args[0]) || PyTuple_Check(args[0])) {
+        /* one record a buffer, each exactly sizes[i] long (else refused here: the caller's
+         * reference then judges them joined) */
+        PyObject *fast = PySequence_Fast(args[0], "buffers");
+        if (fast == NULL)
+            goto done;
+        PyObject **items = PySequence_Fast_ITEMS(fast);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i >= PySequence_Fast_GET_SIZE(fast)) {
+                bad = i;
+                break;
+            }
+            if (PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(fast);
+                goto done;
+            }
+            int ok = view.len == sizes[i] && record_ok(view.buf, view.len, 0, sizes[i],
+                                                       phys ? phys + i : NULL, qoffs ? qoffs + i : NULL, &e);
+            PyBuffer_Release(&view);
+            if (!ok) {
+                bad = i;
+                break;
+            }
         }
-        pos += sizes[i];
+        Py_DECREF(fast);
+    } else {
+        if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+            goto done;
+        int64_t pos = start;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!record_ok(view.buf, view.len, pos, sizes[i], phys ? phys + i : NULL,
+                           qoffs ? qoffs + i : NULL, &e)) {
+                bad = i;
+                break;
+            }
+            pos += sizes[i];
+        }
+        PyBuffer_Release(&view);
     }
-    PyBuffer_Release(&view);
     out = PyLong_FromSsize_t(bad);
 done:
     if (vals != stack)

@@ -258,3 +258,22 @@ def test_a_runs_record_crcs_are_judged_as_the_reference_does(n, sealed, flips, l
     assert (want is None and got is None) or want.tolist() == got.tolist()
     if sealed and not flips:
         assert got.all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks(), MODES, st.integers(-1, 12), st.data())
+def test_records_checked_in_their_own_buffers_as_when_joined(case, mode, odd, data):
+    """check.check_records(buffers) is check_run(b"".join(buffers)), also when a buffer is not
+    the size its entry says (one longer or shorter: `odd`)."""
+    chunk, sizes, phys, offsets = case
+    buffers, pos = [], 0
+    for size in sizes:
+        buffers.append(chunk[pos:pos + size])
+        pos += size
+    if 0 <= odd < len(buffers):
+        buffers[odd] = buffers[odd] + b"\0" if data.draw(st.booleans()) else buffers[odd][:-1]
+    with using(False):
+        want = check.check_run(b"".join(buffers), sizes, phys, b"Topic", 2, offsets, mode)
+        assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
+    with using(True):
+        assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
