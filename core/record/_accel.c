@@ -15,6 +15,7 @@
  *                                 asked of the reference); buf may be a list of
  *                                 buffers, one record each (start then unused)
  *   record_crcs_ok(buf, starts, total)  crc_property.run_crcs_ok, as bytes of 0/1 or None
+ *   crc_verdict(buf, pos, total, mode)  crc_property.verify but for the body CRC
  *   seal_uniform(buf, pos, size, n)   crc_property.seal_grid on the bytes of buf
  *   seal_sizes(buf, pos, sizes)       crc_property.seal_run
  *   java_hash(s)                  core.record.hashing.java_hash
@@ -319,6 +320,34 @@ done:
     return out;
 }
 
+/* crc_property.verify's decision where the record decides it: 1 (passes its record CRC),
+ * 0 (fails it, its property is damaged, or FORCED without one), -1 (no property: the body CRC
+ * decides), -2 (the record is not inside buf: the reference decides). */
+static PyObject *py_crc_verdict(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t pos, total;
+    int mode;
+    if (!PyArg_ParseTuple(args, "Onni", &obj, &pos, &total, &mode))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    long verdict;
+    if (pos < 0 || total < RESERVED || pos + total > view.len) {
+        verdict = -2;
+    } else {
+        const uint8_t *r = (const uint8_t *)view.buf + pos;
+        int64_t stored = claim(r + total - RESERVED);
+        if (stored >= 0)
+            verdict = (int64_t)(crc32_of(0, r, (size_t)(total - RESERVED)) & 0x7FFFFFFFu) == stored;
+        else
+            verdict = (stored == DAMAGED || mode == 2) ? 0 : -1;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(verdict);
+}
+
 /* ---- the read check (core.read.check.record_problem) -------------------------------------- */
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7u)
@@ -576,6 +605,8 @@ static PyMethodDef methods[] = {
      "index of the first record the read check refuses, -1 when none"},
     {"record_crcs_ok", py_record_crcs_ok, METH_VARARGS,
      "None, or per record 1 where its record CRC property matches"},
+    {"crc_verdict", py_crc_verdict, METH_VARARGS,
+     "1 or 0 where the record CRC decides, -1 for the body CRC, -2 for the reference"},
     {"seal_uniform", py_seal_uniform, METH_VARARGS, "seal n records of one size from pos"},
     {"seal_sizes", py_seal_sizes, METH_VARARGS, "seal the records of sizes back to back from pos"},
     {"java_hash", py_java_hash, METH_O, "Java String.hashCode, int32"},

@@ -23,7 +23,7 @@ user's properties (`strip`).
 With the compiled accelerator (`core.record.accel`) sealing a batch is one C call
 (`_accel.seal_uniform`, `seal_sizes`), and so is sealing one record: the CRCs and their
 digits written in place, no slice of the record copied; so is checking a run's record CRCs
-(`_accel.record_crcs_ok`).
+(`_accel.record_crcs_ok`) and one record's (`_accel.crc_verdict`: nothing copied).
 
 Check modes, the `check_crc` argument of the parsers: False (no CRC checked), True (the record
 CRC where a record has one, else the body CRC), FORCED (the record CRC required).
@@ -120,6 +120,12 @@ def claim(tail20: bytes) -> int:
 def verify(buf, pos: int, total: int, check_crc, body_ok) -> bool:
     """Whether the record at `pos` passes its CRC check under mode `check_crc` (truthy): the
     record CRC where it has one, else `body_ok()` (its body CRC), unless FORCED."""
+    if native is not None:
+        verdict = native.crc_verdict(buf, pos, total, 2 if check_crc == FORCED else 1)
+        if verdict >= 0:
+            return verdict == 1
+        if verdict == -1:
+            return body_ok()
     end = pos + total
     if total < CRC32_RESERVED_LEN:
         return check_crc != FORCED and body_ok()

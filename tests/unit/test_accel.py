@@ -277,3 +277,18 @@ def test_records_checked_in_their_own_buffers_as_when_joined(case, mode, odd, da
         assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
     with using(True):
         assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3), st.lists(st.tuples(st.integers(0, 19), st.integers(0, 255)), max_size=3),
+       st.sampled_from([True, FORCED]), st.booleans(), st.integers(-30, 5), st.booleans())
+def test_one_records_crc_verdict_is_the_references(n, edits, mode, body_ok, cut, sealed):
+    rec = bytearray(encode_message(Message("Topic", b"body" * n), 0, 0, prop_crc=sealed))
+    for at, byte in edits:
+        rec[len(rec) - CRC32_RESERVED_LEN + at] = byte
+    buf = b"lead" + bytes(rec)[:len(rec) + min(cut, 0)]          # sometimes cut short
+    total = len(rec) + max(cut, 0) if cut > 0 else len(rec)         # sometimes past the end
+    with using(False):
+        want = crc_property.verify(buf, 4, total, mode, lambda: body_ok)
+    with using(True):
+        assert crc_property.verify(buf, 4, total, mode, lambda: body_ok) == want
