@@ -32,6 +32,7 @@ from core.record import accel                                                # n
 from _embedded_plan import BATCH, QUEUES, TOPIC, Frozen, MessageFactory      # noqa: E402
 
 GROUP = "bench-group"
+GET_PASSES = 3
 
 
 def _store(root: str, name: str, crc: bool) -> MessageStore:
@@ -108,13 +109,14 @@ def _one_round(root: str, tag: str, quick: bool) -> list[tuple[str, float, float
         store = stores[True]
         names = [name for name in ("check_run", "check_records") if hasattr(read_path, name)]
         real = {name: getattr(read_path, name) for name in names}
-        rate = {}
+        rate = {True: 0.0, False: 0.0}
         try:
-            for checks in (True, False):
-                for name in names:
-                    setattr(read_path, name, real[name] if checks else (lambda *a, **k: None))
-                n, seconds = _gets(store)
-                rate[checks] = n / seconds
+            for _ in range(GET_PASSES):          # gets are short: the best of a few, alternating
+                for checks in (True, False):
+                    for name in names:
+                        setattr(read_path, name, real[name] if checks else (lambda *a, **k: None))
+                    n, seconds = _gets(store)
+                    rate[checks] = max(rate[checks], n / seconds)
         finally:
             for name in names:
                 setattr(read_path, name, real[name])
