@@ -17,12 +17,11 @@ ISA-L's call, about equal at 4 KiB), for every size; ISA-L and zlib remain the r
 """
 from zlib import crc32 as _zlib_crc32
 
-from isal.isal_zlib import crc32
+from isal.isal_zlib import crc32 as _isal_crc32
 
 from core.record.accel import native
 
-if native is not None:
-    crc32 = native.crc32                                                # noqa: F811
+crc32 = _isal_crc32 if native is None else native.crc32
 
 __all__ = ["crc32", "crc32_for_size"]
 
