@@ -5,15 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-slow run venv clean bench
+.PHONY: test test-slow test-pure run venv clean bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# `pip install` also builds the record codec's compiled accelerator (setup.py: the C extension
+# core/record/_accel.c and _crc32.c); a change of its source builds it again.
 # PySpark finds the `mqstore` data source by listing sys.path (pkgutil.iter_modules), which
 # the editable install's import hook does not show: the checkout itself goes on the path too.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml setup.py $(wildcard core/record/_*.c core/record/_*.h) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,spark]'
 	$(BIN)/python -c "import os, sysconfig; open(os.path.join(sysconfig.get_paths()['purelib'], 'mqstore-checkout.pth'), 'w').write(os.getcwd() + '\\n')"
 	touch $(STAMP)
@@ -28,6 +30,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+# The unit and regression tests (the record format and the read checks among them) again with
+# the pure-Python reference instead of the compiled accelerator (core/record/accel.py).
+test-pure: $(STAMP)
+	MQSTORE_PURE_PYTHON=1 $(BIN)/python -m pytest -q -m "not slow" tests/unit tests/regress $(PYTEST_ARGS)
+
 run: $(STAMP)
 	$(BIN)/mqstore start --store ./store-data
 
@@ -36,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline.py
 
 clean:
-	rm -rf $(VENV) store-data .pytest_cache
+	rm -rf $(VENV) store-data .pytest_cache build core/record/_accel*.so

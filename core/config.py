@@ -50,6 +50,7 @@ MIN_SEGMENT_SIZE = 91 + 8       # core.record.codec's MIN_RECORD_SIZE + BLANK_SI
 CQ_STORE_UNIT_SIZE = 20
 INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE = 40, 4, 20
 ENV_PREFIX = "MQSTORE_"
+NOT_CONFIG_ENV = ("MQSTORE_PURE_PYTHON",)   # core/record/accel.py's switch, not a store key
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 SECURITY_MODES = ("none", "curve")
@@ -383,7 +384,7 @@ class StoreConfig:
                 _check_known(key, f"config file {path}")
                 values[key], origin[key] = value, f"config file {path}"
         for name, text in env.items():
-            if name.startswith(ENV_PREFIX):
+            if name.startswith(ENV_PREFIX) and name not in NOT_CONFIG_ENV:
                 key = name[len(ENV_PREFIX):].lower()
                 _check_known(key, f"environment variable {name}")
                 values[key] = _from_env_text(key, name, text)

@@ -10,10 +10,18 @@ worth the dependency (pyproject.toml). Same signature as `zlib.crc32(data[, valu
 ISA-L's call costs ~150 ns whatever the length up to 512 bytes; zlib's is cheaper below
 256 bytes (~120 ns at 100). `crc32_for_size` picks the cheaper of the two for a run of
 bodies of one size (a batch's); both give the same value.
+
+With the compiled accelerator (`core.record.accel`) `crc32` is its C routine instead (the same
+value: carry-less multiply folding, measured 60-120 ns a call from 100 B to 1 KiB, a third of
+ISA-L's call, about equal at 4 KiB), for every size; ISA-L and zlib remain the reference.
 """
 from zlib import crc32 as _zlib_crc32
 
-from isal.isal_zlib import crc32
+from isal.isal_zlib import crc32 as _isal_crc32
+
+from core.record.accel import native
+
+crc32 = _isal_crc32 if native is None else native.crc32
 
 __all__ = ["crc32", "crc32_for_size"]
 
@@ -22,4 +30,6 @@ _ZLIB_SIZES = range(32, 256)       # measured: zlib's call is the cheaper one fo
 
 def crc32_for_size(size: int):
     """The cheaper CRC32 function for buffers of `size` bytes."""
+    if native is not None:
+        return crc32
     return _zlib_crc32 if size in _ZLIB_SIZES else crc32

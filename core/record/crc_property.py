@@ -20,6 +20,11 @@ check mode is `FORCED` (`force_verify_prop_crc`), under which it is invalid, as 
 RocketMQ's decoder reads the property as any other; our message views leave it out of the
 user's properties (`strip`).
 
+With the compiled accelerator (`core.record.accel`) sealing a batch is one C call
+(`_accel.seal_uniform`, `seal_sizes`), and so is sealing one record: the CRCs and their
+digits written in place, no slice of the record copied; so is checking a run's record CRCs
+(`_accel.record_crcs_ok`) and one record's (`_accel.crc_verdict`: nothing copied).
+
 Check modes, the `check_crc` argument of the parsers: False (no CRC checked), True (the record
 CRC where a record has one, else the body CRC), FORCED (the record CRC required).
 """
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.record.accel import native
+from core.record.body_crc import crc32_spans
 from core.record.crc import crc32
 
 CRC32_RESERVED_LEN = 20
@@ -55,6 +62,11 @@ def digits(crc: int) -> bytes:
 
 def seal(buf, pos: int, size: int) -> None:
     """Write the CRC into the reserve of the record at `pos` (`size` bytes), when it has one."""
+    if native is not None and size >= CRC32_RESERVED_LEN:
+        try:
+            return native.seal_sizes(buf, pos, (size,))   # no copy of the record
+        except (ValueError, OverflowError, TypeError):
+            pass
     end = pos + size
     if buf[end - CRC32_RESERVED_LEN:end - 11] == LABEL:
         buf[end - 11:end - 1] = (b"%010d" % (crc32(buf[pos:end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF))[::-1]
@@ -62,6 +74,11 @@ def seal(buf, pos: int, size: int) -> None:
 
 def seal_run(buf, start: int, sizes) -> None:
     """`seal` each record of a batch lying back to back from `start` with `sizes`."""
+    if native is not None:
+        try:
+            return native.seal_sizes(buf, start, sizes)
+        except (ValueError, OverflowError, TypeError):     # as the reference does
+            pass
     pos = start
     for size in sizes:
         seal(buf, pos, size)
@@ -73,6 +90,9 @@ def seal_grid(buf, pos: int, grid: np.ndarray) -> None:
     row, all with the reserve): one CRC call per record over a slice of `buf` (C-level
     iteration), the digits of all of them set with one assignment."""
     n, size = grid.shape
+    if native is not None and size >= CRC32_RESERVED_LEN and pos + n * size <= len(buf):
+        native.seal_uniform(buf, pos, size, n)
+        return
     cut = size - CRC32_RESERVED_LEN
     view = memoryview(buf)
     try:
@@ -100,6 +120,12 @@ def claim(tail20: bytes) -> int:
 def verify(buf, pos: int, total: int, check_crc, body_ok) -> bool:
     """Whether the record at `pos` passes its CRC check under mode `check_crc` (truthy): the
     record CRC where it has one, else `body_ok()` (its body CRC), unless FORCED."""
+    if native is not None:
+        verdict = native.crc_verdict(buf, pos, total, 2 if check_crc == FORCED else 1)
+        if verdict >= 0:
+            return verdict == 1
+        if verdict == -1:
+            return body_ok()
     end = pos + total
     if total < CRC32_RESERVED_LEN:
         return check_crc != FORCED and body_ok()
@@ -122,6 +148,12 @@ def run_crcs_ok(buf, starts, total: int, check_crc) -> np.ndarray | None:
     """For records of `total` bytes at `starts` of `buf` that all end in a well-formed CRC
     property: a bool array, True where the record CRC matches. None when one of them does not
     carry a well-formed property (then each record must be checked alone, `verify`)."""
+    if native is not None:
+        try:
+            ok = native.record_crcs_ok(buf, starts, total)
+            return None if ok is None else np.frombuffer(ok, np.bool_)
+        except (ValueError, OverflowError, TypeError):
+            pass                                # as the reference (which raises IndexError)
     u8 = np.frombuffer(buf, np.uint8)
     at = np.asarray(starts, np.int64)
     tails = u8[(at + total - CRC32_RESERVED_LEN)[:, None] + np.arange(CRC32_RESERVED_LEN)]
@@ -131,10 +163,6 @@ def run_crcs_ok(buf, starts, total: int, check_crc) -> np.ndarray | None:
             and ((body >= 0x30) & (body <= 0x39)).all()):
         return None
     stored = (body.astype(np.int64) - 0x30) @ _POWERS
-    view = memoryview(buf)
-    try:
-        got = np.fromiter((crc32(view[p:p + total - CRC32_RESERVED_LEN]) for p in at.tolist()),
-                          np.int64, len(at))
-    finally:
-        view.release()
+    starts = at.tolist()
+    got = crc32_spans(buf, starts, [p + total - CRC32_RESERVED_LEN for p in starts], len(starts))
     return (got & 0x7FFFFFFF) == stored
