@@ -14,7 +14,6 @@ The separate-process services (services/) wrap the same `core` classes.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -22,10 +21,10 @@ import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.delay.offsets import DelayOffsetStore
-from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
+from core.jobs import ReputJob
 from core.files.least_pages import LeastPages
 from core.record.message import PROPERTY_WAIT
-from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
 from core.delay.put import TIMER_TOPIC
 from core.delay.schedule import DelayScheduler, batch_groups
 from core.status import PutMessageStatus
@@ -33,7 +32,6 @@ from core.delay.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
-DISK_RETRY_S = 1.0          # after ENOSPC the dispatch waits this long before it tries again
 
 
 class ServiceThread(threading.Thread):
@@ -214,85 +212,68 @@ class CommitService(ServiceThread):
                 break
 
 
+class StorePositions:
+    """The reput job's positions in the embedded store (core.jobs.ReputPositions): the
+    CommitLog's own offsets, and the checkpoint the store writes."""
+
+    def __init__(self, store):
+        self.store = store
+        self.commitlog = store.commitlog
+
+    def min_offset(self) -> int:
+        return self.commitlog.get_min_offset()
+
+    def confirm(self) -> int:
+        return self.commitlog.get_confirm_offset()
+
+    def reached(self, offset: int) -> None:
+        """Nothing to raise: `reput_from` is read from the job."""
+
+    def durable(self, offset: int, logics_ts: int, index_ts: int) -> None:
+        self.store.record_dispatched(offset, logics_ts, index_ts)
+
+
 class ReputService(ServiceThread):
-    """Dispatches every millisecond, as RocketMQ's; once nothing has been dispatched for
-    IDLE_AFTER_S, every IDLE_INTERVAL_MS (as the reput process does, services/reput.py), and
-    `idle` is set so that the next put wakes it at once (`MessageStore.put_message`)."""
+    """Hosts core.jobs.ReputJob in a thread: a step every millisecond, as RocketMQ's; once
+    nothing has been dispatched for IDLE_AFTER_S, every IDLE_INTERVAL_MS (the job says when),
+    and `idle` is set so that the next put wakes it at once (`MessageStore.put_message`)."""
     interval_ms = 1
 
     def __init__(self, store, from_offset: int):
         super().__init__("reput")
         self.store = store
-        self.cfg = store.config
-        self.reput_from = from_offset
-        self._last_cq_flush = time.monotonic()
-        self._last_thorough = time.monotonic()
-        self._last_moved = time.monotonic()
-        self._disk_retry_at = None          # after ENOSPC: when dispatch tries the disk again
+        self.job = ReputJob(store.config, store.dispatcher, store.cq_store, store.index_service,
+                            StorePositions(store), from_offset)
         self.idle = False
 
-    def wait_for_running(self, interval_ms: float) -> None:
-        if time.monotonic() - self._last_moved >= IDLE_AFTER_S:
-            self.idle = True                     # from now on a put wakes the thread
-            if self.behind() > 0:
-                self.idle = False
-                return
-            interval_ms = max(interval_ms, IDLE_INTERVAL_MS)
-        super().wait_for_running(interval_ms)
-        self.idle = False
+    @property
+    def reput_from(self) -> int:
+        return self.job.reput_from
 
     def behind(self) -> int:
-        return self.store.commitlog.get_confirm_offset() - self.reput_from
+        return self.job.behind()
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        job = self.job
+        wait_ms = job.wait_ms(interval_ms)
+        if not wait_ms:
+            return
+        if job.idle():
+            self.idle = True                     # from now on a put wakes the thread
+            if job.behind() > 0 and not job.holding():
+                self.idle = False                # a put came before it could see `idle`
+                return
+        super().wait_for_running(wait_ms)
+        self.idle = False
 
     def run_once(self) -> None:
-        now = time.monotonic()
-        if self._disk_retry_at is None or now >= self._disk_retry_at:
-            self._dispatch_or_wait_for_space()
-        now = time.monotonic()
-        if now - self._last_cq_flush >= self.cfg.flush_interval_consume_queue / 1000:
-            self._last_cq_flush = now
-            if now - self._last_thorough >= self.cfg.flush_consume_queue_thorough_interval / 1000:
-                self._last_thorough = now
-                self.store.persist_dispatched(self.reput_from)
-            else:
-                self.store.cq_store.flush(self.cfg.flush_consume_queue_least_pages)
-
-    def _dispatch_or_wait_for_space(self) -> None:
-        """A full disk (a consume-queue or index file cannot be created or written) holds the
-        dispatch where it is and tries again every DISK_RETRY_S, as the reput process does
-        (services/reput.py): what was written stays, the rest is written again (dispatch is
-        idempotent) once there is space; the thread does not die."""
-        try:
-            self.dispatch_available()
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            if self._disk_retry_at is None:
-                log.error("cannot write consume queues or index: %s; dispatch waits at %d and "
-                          "tries again every %g s", e, self.reput_from, DISK_RETRY_S)
-            self._disk_retry_at = time.monotonic() + DISK_RETRY_S
-            return
-        if self._disk_retry_at is not None:
-            self._disk_retry_at = None
-            log.info("consume queues and index can be written again: dispatch goes on from %d",
-                     self.reput_from)
-
-    def dispatch_available(self) -> None:
-        commitlog = self.store.commitlog
-        min_offset = commitlog.get_min_offset()
-        if self.reput_from < min_offset:
-            self.reput_from = min_offset
-        confirm = commitlog.get_confirm_offset()
-        if self.reput_from < confirm:
-            self.reput_from, _ = self.store.dispatcher.run(self.reput_from, confirm)
-            self._last_moved = time.monotonic()
+        self.job.dispatch_once()
+        self.job.flush_due()
 
     def drain(self) -> None:
-        self.dispatch_available()
-        self.store.persist_dispatched(self.reput_from)
+        self.job.drain()
 
     def on_crash(self) -> None:
-        from core.running_flags import WRITE_LOGICS_QUEUE_ERROR
         self.store.flags.set(WRITE_LOGICS_QUEUE_ERROR)
 
 
