@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import threading
 import time
 from typing import Protocol
 
+from core.files.least_pages import LeastPages
 from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS, DispatchStop
 
 log = logging.getLogger(__name__)
@@ -200,3 +203,229 @@ def flush_whole(cq_store, index) -> None:
     cq_store.flush(0)
     if index is not None:
         index.flush()
+
+
+# -- flush and commit of the CommitLog ------------------------------------------------------
+class FlushFailed(Exception):
+    """A flush raised OSError; the store must not take writes until recovered."""
+
+
+class SegmentPositions(Protocol):
+    """What a `FlushJob` or `CommitJob` works on: `target()` is how far there is data to take
+    (written, or committed for a flush), `done()` how far it is taken, `step(done, target,
+    least_pages)` takes the segment holding `done` (RocketMQ's MappedFile.flush or commit)
+    and returns the new position, `advanced(done, target)` publishes an advance.
+    Embedded: the CommitLog's queue (core/embedded_services.py); in processes: control-block
+    words and mappings of the segments (services/flusher.py, services/committer.py)."""
+
+    def target(self) -> int:
+        """How far there is data to take."""
+
+    def done(self) -> int:
+        """How far it is taken."""
+
+    def step(self, done: int, target: int, least_pages: int) -> int:
+        """Take the segment holding `done`; return the new position."""
+
+    def advanced(self, done: int, target: int) -> None:
+        """Publish that everything below `done` is taken."""
+
+
+class PeriodicJob:
+    """RocketMQ's rule for a periodic flush or commit of the CommitLog: every `interval_ms`
+    (or at once on a wakeup, unless `timed`), at least `least_pages` dirty pages
+    (core.files.least_pages), everything once every `thorough_interval_ms`; then segment by
+    segment up to the target, as far as each step moves."""
+
+    def __init__(self, positions: SegmentPositions, interval_ms: float, least_pages: int,
+                 thorough_interval_ms: int, timed: bool = False):
+        self.positions = positions
+        self.interval_ms = interval_ms
+        self.timed = timed
+        self.least = LeastPages(least_pages, thorough_interval_ms)
+        self.next_run = 0.0
+
+    def due(self, woken: bool, now: float | None = None) -> int | None:
+        """The least pages for a run made now, or None when none is due."""
+        now = time.monotonic() if now is None else now
+        if now < self.next_run and not (woken and not self.timed):
+            return None
+        self.next_run = now + self.interval_ms / 1000
+        return self.least.now(now)
+
+    def run(self, least_pages: int) -> bool:
+        """Take segments up to the target; True when it moved."""
+        positions = self.positions
+        target = positions.target()
+        start = done = positions.done()
+        while done < target:
+            reached = self.step(done, target, least_pages)
+            if reached == done:
+                break
+            done = reached
+        if done > start:
+            positions.advanced(done, target)
+        return done > start
+
+    def step(self, done: int, target: int, least_pages: int) -> int:
+        return self.positions.step(done, target, least_pages)
+
+
+class FlushJob(PeriodicJob):
+    """The CommitLog flush (RocketMQ's FlushRealTimeService and, under SYNC_FLUSH, the group
+    commit's flush): `flush_interval_commitlog`, `flush_commitlog_least_pages`,
+    `flush_commitlog_thorough_interval`, `flush_commitlog_timed`; under SYNC_FLUSH every
+    `sync_poll_ms` and always everything. A failed flush is never retried:
+    `on_failure(error)` marks the store not writable and FlushFailed is raised."""
+
+    def __init__(self, config, positions: SegmentPositions, sync: bool, on_failure,
+                 sync_poll_ms: float):
+        super().__init__(positions, sync_poll_ms if sync else config.flush_interval_commitlog,
+                         config.flush_commitlog_least_pages,
+                         config.flush_commitlog_thorough_interval, config.flush_commitlog_timed)
+        self.sync = sync
+        self.on_failure = on_failure
+
+    def due(self, woken: bool, now: float | None = None) -> int | None:
+        return 0 if self.sync else super().due(woken, now)
+
+    def step(self, done: int, target: int, least_pages: int) -> int:
+        try:
+            return self.positions.step(done, target, least_pages)
+        except OSError as e:
+            self.on_failure(e)
+            raise FlushFailed(str(e)) from e
+
+
+class CommitJob(PeriodicJob):
+    """The transient pool's commit (RocketMQ's CommitRealTimeService): every
+    `commit_interval_commitlog` ms or on a wakeup, `commit_commitlog_least_pages`,
+    `commit_commitlog_thorough_interval`."""
+
+    def __init__(self, config, positions: SegmentPositions):
+        super().__init__(positions, config.commit_interval_commitlog,
+                         config.commit_commitlog_least_pages,
+                         config.commit_commitlog_thorough_interval)
+
+    def drain(self) -> None:
+        """Commit everything written."""
+        positions = self.positions
+        while positions.done() < positions.target():
+            if not self.run(0):
+                log.error("cannot commit past %d (written up to %d)", positions.done(),
+                          positions.target())
+                return
+
+
+# -- allocation of CommitLog segments -------------------------------------------------------
+class AllocatePositions(Protocol):
+    """Where an `AllocateJob` says the disk is full or has room again. Embedded: the store's
+    DISK_FULL flag; in processes: the DISK_FULL word (services/allocator.py)."""
+
+    def disk_full(self, full: bool) -> None:
+        """A segment could not be created for want of space (True), or was created (False)."""
+
+
+class AllocateJob:
+    """RocketMQ's AllocateMappedFileService: `allocate(path, next_path)` creates `path` whole
+    (core.files.fileops.FileOps.create_file: tmp, fallocate, fsync, rename) unless it exists
+    whole, and queues `next_path`, which `run_once` creates ahead (and with `warm` prefaults
+    and mlocks), so that the appender's next roll finds its segment ready. ENOSPC on `path`
+    says the disk is full; since nothing asks for a segment while puts are refused, `run_once`
+    tries that path again every DISK_RETRY_S and the first success says there is room again.
+    A segment made ahead that nobody asked for is deleted by `discard_ahead` at a clean stop.
+    `allocate` may run in another thread than `run_once` (the embedded store's puts)."""
+
+    def __init__(self, fileops, file_size: int, warm: bool, positions: AllocatePositions):
+        self.fileops = fileops
+        self.file_size = file_size
+        self.warm = warm
+        self.positions = positions
+        self.pending: list[str] = []            # paths to create ahead
+        self.ahead: set[str] = set()            # made ahead, not yet asked for
+        self.failed_path: str | None = None     # the path that hit ENOSPC, tried again
+        self.next_retry = 0.0
+        self.last_error: OSError | None = None
+        self._lock = threading.Lock()
+        self._creating = threading.Lock()
+
+    def allocate(self, path: str, next_path: str | None = None) -> None:
+        """Create `path` now (raises OSError) and queue `next_path` to be made ahead."""
+        with self._creating:
+            self.ahead.discard(path)
+            try:
+                self._create(path)
+            except OSError as e:
+                self.last_error = e
+                if e.errno == errno.ENOSPC:
+                    self.failed_path = path
+                    self.next_retry = time.monotonic() + DISK_RETRY_S
+                    self.positions.disk_full(True)
+                raise
+            self._created()
+        if next_path is not None:
+            with self._lock:
+                if next_path not in self.pending:
+                    self.pending.append(next_path)
+
+    def run_once(self) -> None:
+        """Create the segments queued ahead; try a path that hit ENOSPC again when due."""
+        while True:
+            with self._lock:
+                if not self.pending:
+                    break
+                path = self.pending.pop(0)
+            self._create_ahead(path)
+        if self.failed_path is not None and time.monotonic() >= self.next_retry:
+            self._retry()
+
+    def discard_ahead(self) -> None:
+        """Delete the segments made ahead and never asked for (at a clean stop)."""
+        with self._creating:
+            self.fileops.discard_unwritten(self.ahead, log)
+            self.ahead.clear()
+
+    def _create(self, path: str) -> bool:
+        """Create `path` unless it exists whole; True if it was created now."""
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            self.fileops.create_file(path, self.file_size)
+            log.info("created %s", os.path.basename(path))
+            return True
+        if size != self.file_size:
+            raise OSError(errno.EINVAL, f"{path} exists with {size} bytes, segments are {self.file_size}")
+        return False
+
+    def _created(self) -> None:
+        self.failed_path = None
+        self.positions.disk_full(False)
+
+    def _create_ahead(self, path: str) -> None:
+        try:
+            with self._creating:
+                if not self._create(path):
+                    return
+                self.ahead.add(path)
+            if self.warm:
+                self._warm(path)
+        except OSError as e:
+            self.last_error = e
+            log.warning("could not create %s ahead of time: %s", path, e)
+
+    def _warm(self, path: str) -> None:
+        started = time.monotonic()
+        if not self.fileops.warm_file(path, self.file_size):
+            log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
+        log.info("warmed %s in %.3f s", os.path.basename(path), time.monotonic() - started)
+
+    def _retry(self) -> None:
+        path = self.failed_path
+        try:
+            with self._creating:
+                self._create(path)
+                self._created()
+        except OSError as e:
+            self.next_retry = time.monotonic() + DISK_RETRY_S
+            if e.errno != errno.ENOSPC:
+                log.warning("retry of %s failed: %s", path, e)

@@ -133,7 +133,7 @@ class MessageStore:
         self.lock = lock or StoreLock(config.lock_path)
         self.abort_file = AbortFile(config.abort_path, self.fileops)
         self.allocate_service = AllocateService(self.fileops, config.mapped_file_size_commitlog,
-                                                config.warm_mapped_file_enable)
+                                                config.warm_mapped_file_enable, self.flags)
         pool = (TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commitlog)
                 if config.use_transient_store_pool else None)
         self.commitlog = CommitLog(config, self.fileops, self.allocate_service.allocate, pool)
