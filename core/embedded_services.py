@@ -1,16 +1,16 @@
-"""The background work of the embedded store as threads of one process, each the same
+"""The embedded store's threads: each hosts a job of core/jobs.py (the flush, commit, reput and
+allocate policies the service processes host too) over the store's own objects, in the same
 ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drain at stop.
 
-- `FlushService`: ASYNC_FLUSH on an interval with least-pages and thorough rules, or
-  SYNC_FLUSH group commit by leader and followers (the put that finds no flush under way runs
-  the fdatasync, and it answers every waiter below it).
-- `CommitService`: copies transient-pool buffers into the files.
-- `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
-  queues and index, and writes the checkpoint.
-- `AllocateService`: keeps the next segment created ahead of the appender.
-- `ScheduleService`: delivers delayed messages when due (core.delay.schedule), re-putting them
-  through `MessageStore.put_message`.
-The separate-process services (services/) wrap the same `core` classes.
+- `FlushService`: core.jobs.FlushJob over the CommitLog's queue; under SYNC_FLUSH also the
+  group commit of the puts, by leader and followers (the put that finds no flush under way
+  runs the fdatasync, and it answers every waiter below it).
+- `CommitService`: core.jobs.CommitJob, copying transient-pool buffers into the files.
+- `ReputService`: core.jobs.ReputJob over `StorePositions` (the CommitLog's offsets, the
+  checkpoint); `idle` lets the next put wake it.
+- `AllocateService`: core.jobs.AllocateJob, the queue's allocator; the store's DISK_FULL flag.
+- `ScheduleService`: delivers delayed messages when due (core.delay.schedule,
+  core.delay.timer_job), re-putting them through `MessageStore.put_messages`/`put_message`.
 """
 from __future__ import annotations
 
@@ -129,6 +129,13 @@ class FlushService(ServiceThread):
                 self.cv.notify_all()
 
     # -- loop ----------------------------------------------------------------------------
+    def wait_for_running(self, interval_ms: float) -> None:
+        """ASYNC_FLUSH: until the next flush is due (a wakeup the job does not take, with
+        `flush_commitlog_timed`, does not put it off by an interval)."""
+        if not self.sync and self.job.next_run:
+            interval_ms = max(1.0, (self.job.next_run - time.monotonic()) * 1000)
+        super().wait_for_running(interval_ms)
+
     def run_once(self) -> None:
         if self.sync:
             # Puts lead their own flushes; the thread flushes what puts that do not wait

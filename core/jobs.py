@@ -1,19 +1,29 @@
 """The engine's background policies, written once, as jobs over `core` objects and a
-positions interface: the embedded store runs them in threads (core/embedded_services.py), the
-service processes host the same jobs (services/reput.py), the positions being plain
-attributes of the store in the first and control-block words in the second.
+positions interface (a Protocol each): the embedded store runs them in threads
+(core/embedded_services.py), the service processes host the same jobs (services/flusher.py,
+committer.py, reput.py, allocator.py), the positions being the store's own objects in the first
+and control-block words in the second. `core` imports no ipc: the processes implement the
+interfaces on their side.
 
-`ReputJob` (RocketMQ's ReputMessageService): dispatches the CommitLog from `reput_from` up to
-the confirm offset into the consume queues and the index (core.log.dispatch.Dispatcher),
-flushes the queues every `flush_interval_consume_queue` ms with
-`flush_consume_queue_least_pages`, and every `flush_consume_queue_thorough_interval` ms and at
-drain flushes queues and index whole and reports how far they are durable.
+- `FlushJob` (RocketMQ's FlushRealTimeService): `flush_interval_commitlog`,
+  `flush_commitlog_least_pages`, `flush_commitlog_thorough_interval`, `flush_commitlog_timed`;
+  under SYNC_FLUSH everything at once (the group commit around it is the host's); a failed
+  flush is never retried.
+- `CommitJob` (CommitRealTimeService): the transient pool's commit interval and least pages.
+- `ReputJob` (ReputMessageService): dispatches the CommitLog from `reput_from` up to the
+  confirm offset into the consume queues and the index (core.log.dispatch.Dispatcher),
+  flushes the queues every `flush_interval_consume_queue` ms with
+  `flush_consume_queue_least_pages`, and every `flush_consume_queue_thorough_interval` ms and
+  at drain flushes queues and index whole and reports how far they are durable.
+- `AllocateJob` (AllocateMappedFileService): CommitLog segments created whole, the next one
+  ahead, the failed one tried again after ENOSPC.
 
 A full disk (ENOSPC, EDQUOT: a consume-queue or index file that cannot be created, written or
-synced) is no crash (DESIGN.md section 4): the job logs it, holds the dispatch (or the flush)
-where it is and tries again every DISK_RETRY_S; dispatching a range again is idempotent, so
-the entries and keys written before the error are not doubled, and what could not be flushed
-stays unflushed for the next flush. Consumers lag until space comes back.
+synced) is no crash for the reput (DESIGN.md section 4): the job logs it, holds the dispatch
+(or the flush) where it is and tries again every DISK_RETRY_S; dispatching a range again is
+idempotent, so the entries and keys written before the error are not doubled, and what could
+not be flushed stays unflushed for the next flush. Consumers lag until space comes back. The
+thread and the process wait a full disk out alike, by construction.
 """
 from __future__ import annotations
 
