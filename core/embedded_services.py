@@ -285,9 +285,7 @@ class ReputService(ServiceThread):
 
     def wait_for_running(self, interval_ms: float) -> None:
         job = self.job
-        wait_ms = job.wait_ms(interval_ms)
-        if not wait_ms:
-            return
+        wait_ms = job.wait_ms(interval_ms, eager=False)
         if job.idle():
             self.idle = True                     # from now on a put wakes the thread
             if job.behind() > 0 and not job.holding():

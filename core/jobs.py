@@ -147,10 +147,12 @@ class ReputJob:
         """Nothing dispatched for IDLE_AFTER_S."""
         return time.monotonic() - self.last_moved >= IDLE_AFTER_S
 
-    def wait_ms(self, interval_ms: float) -> float:
-        """How long to wait before the next step: not at all while the last step moved and
-        more is there; `interval_ms` otherwise, at least IDLE_INTERVAL_MS once idle."""
-        if self.moved and self.behind() > 0:
+    def wait_ms(self, interval_ms: float, eager: bool = True) -> float:
+        """How long to wait before the next step: `interval_ms`, at least IDLE_INTERVAL_MS
+        once idle; with `eager`, not at all while the last step moved and more is there (a
+        process of its own; a thread sharing the interpreter with the puts waits the interval
+        between steps, each step taking everything there is)."""
+        if eager and self.moved and self.behind() > 0:
             return 0
         if self.idle():
             return max(interval_ms, IDLE_INTERVAL_MS)
