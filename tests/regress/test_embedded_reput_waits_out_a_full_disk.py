@@ -26,8 +26,9 @@ ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 class FullDisk(FileOps):
     """Real file operations; consume-queue and index files cannot grow or be synced while
-    `full` is set."""
+    `full` is set (synced too, unless `syncs`)."""
     full = False
+    syncs = False
 
     def refuse(self, path: str) -> None:
         parts = path.split(os.sep)
@@ -56,7 +57,8 @@ class FullDiskMapping(Mapping):
         return super().write(pos, data)
 
     def flush(self, lo=0, hi=None):
-        self.ops.refuse(self.path)
+        if not self.ops.syncs:
+            self.ops.refuse(self.path)
         return super().flush(lo, hi)
 
 
@@ -130,3 +132,28 @@ def test_a_shutdown_on_a_full_disk_keeps_the_abort_file_and_raises_no_error(
     again = open_store(cfg, fileops=fileops)
     assert again.wait_for_dispatch(10)
     assert bodies(again, "Full", 0) == [b"one"] + [b"x%d" % i for i in range(60)]
+
+
+def test_a_held_dispatch_waits_its_interval_instead_of_spinning(tiny_config, open_store):
+    """Regression: while a full disk held the dispatch, the embedded reput thread, idle and
+    behind, went round its loop without waiting (a CPU busy for as long as the disk stayed
+    full); the reput process sleeps its interval. Now both wait as the job says. (Files that
+    cannot grow but can be synced: the flush does not fail here.)"""
+    fileops = FullDisk()
+    fileops.syncs = True
+    st = open_store(tiny_config(), fileops=fileops)
+    assert st.put_message(Message("Full", b"one", queue_id=0)).ok
+    assert st.wait_for_dispatch(10)
+    reput = st.reput_service
+    steps = []
+    real_run_once = reput.run_once
+    reput.run_once = lambda: (steps.append(time.monotonic()), real_run_once())
+    fileops.full = True
+    for i in range(20):
+        assert st.put_message(Message("Full", b"x%d" % i, queue_id=0)).ok
+    time.sleep(2.5)                       # past IDLE_AFTER_S: idle and behind
+    assert reput.is_alive() and st.dispatch_behind_bytes() > 0
+    last_second = [t for t in steps if t >= steps[-1] - 1.0]
+    assert len(last_second) < 1500, f"{len(last_second)} loop turns in a second"
+    fileops.full = False
+    assert st.wait_for_dispatch(20)
