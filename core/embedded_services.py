@@ -1,31 +1,28 @@
-"""The background work of the embedded store as threads of one process, each the same
+"""The embedded store's threads: each hosts a job of core/jobs.py (the flush, commit, reput and
+allocate policies the service processes host too) over the store's own objects, in the same
 ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drain at stop.
 
-- `FlushService`: ASYNC_FLUSH on an interval with least-pages and thorough rules, or
-  SYNC_FLUSH group commit by leader and followers (the put that finds no flush under way runs
-  the fdatasync, and it answers every waiter below it).
-- `CommitService`: copies transient-pool buffers into the files.
-- `ReputService`: dispatches the CommitLog up to the confirm offset, flushes the consume
-  queues and index, and writes the checkpoint.
-- `AllocateService`: keeps the next segment created ahead of the appender.
-- `ScheduleService`: delivers delayed messages when due (core.delay.schedule), re-putting them
-  through `MessageStore.put_message`.
-The separate-process services (services/) wrap the same `core` classes.
+- `FlushService`: core.jobs.FlushJob over the CommitLog's queue; under SYNC_FLUSH also the
+  group commit of the puts, by leader and followers (the put that finds no flush under way
+  runs the fdatasync, and it answers every waiter below it).
+- `CommitService`: core.jobs.CommitJob, copying transient-pool buffers into the files.
+- `ReputService`: core.jobs.ReputJob over `StorePositions` (the CommitLog's offsets, the
+  checkpoint); `idle` lets the next put wake it.
+- `AllocateService`: core.jobs.AllocateJob, the queue's allocator; the store's DISK_FULL flag.
+- `ScheduleService`: delivers delayed messages when due (core.delay.schedule,
+  core.delay.timer_job), re-putting them through `MessageStore.put_messages`/`put_message`.
 """
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import threading
 import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.delay.offsets import DelayOffsetStore
-from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS
-from core.files.least_pages import LeastPages
+from core.jobs import AllocateJob, CommitJob, FlushFailed, FlushJob, ReputJob
 from core.record.message import PROPERTY_WAIT
-from core.running_flags import FLUSH_FAILED, NOT_WRITEABLE
+from core.running_flags import DISK_FULL, FLUSH_FAILED, NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
 from core.delay.put import TIMER_TOPIC
 from core.delay.schedule import DelayScheduler, batch_groups
 from core.status import PutMessageStatus
@@ -33,7 +30,7 @@ from core.delay.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
-DISK_RETRY_S = 1.0          # after ENOSPC the dispatch waits this long before it tries again
+SYNC_POLL_MS = 10           # SYNC_FLUSH: the thread looks for what puts left unflushed
 
 
 class ServiceThread(threading.Thread):
@@ -43,12 +40,13 @@ class ServiceThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopped = False
         self._wakeup = threading.Event()
+        self.woken = False               # the last wait ended on a wakeup
 
     def wakeup(self) -> None:
         self._wakeup.set()
 
     def wait_for_running(self, interval_ms: float) -> None:
-        self._wakeup.wait(interval_ms / 1000)
+        self.woken = self._wakeup.wait(interval_ms / 1000)
         self._wakeup.clear()
 
     def run(self) -> None:
@@ -78,18 +76,19 @@ class ServiceThread(threading.Thread):
 
 
 class FlushService(ServiceThread):
+    """Hosts core.jobs.FlushJob in a thread over the CommitLog's queue (its positions:
+    `target`, `done`, `step`, `advanced`), and the SYNC_FLUSH group commit of the puts."""
+
     def __init__(self, store):
         super().__init__("flush-commitlog")
         self.store = store
-        self.cfg = store.config
         self.commitlog = store.commitlog
-        self.sync = self.cfg.is_sync_flush
-        self.interval_ms = 10 if self.sync else self.cfg.flush_interval_commitlog
+        self.sync = store.config.is_sync_flush
+        self.job = FlushJob(store.config, self, self.sync, self._fail, SYNC_POLL_MS)
+        self.interval_ms = self.job.interval_ms
         self.cv = threading.Condition()
         self.flushing = False            # a flush (by a put or the thread) is under way
         self.failed = False
-        self.least = LeastPages(self.cfg.flush_commitlog_least_pages,
-                                self.cfg.flush_commitlog_thorough_interval)
 
     # -- put side ------------------------------------------------------------------------
     def wait_flushed(self, next_offset: int, timeout_ms: int) -> bool:
@@ -123,44 +122,57 @@ class FlushService(ServiceThread):
         """Flush everything appended so far, publish, and hand the lead back. The caller set
         `flushing` under the condition; one flush runs at a time."""
         try:
-            self._flush_until(self.commitlog.get_max_offset())
-            self._publish_checkpoint()
+            self._flush(0)
         finally:
             with self.cv:
                 self.flushing = False
                 self.cv.notify_all()
 
     # -- loop ----------------------------------------------------------------------------
+    def wait_for_running(self, interval_ms: float) -> None:
+        """ASYNC_FLUSH: until the next flush is due (a wakeup the job does not take, with
+        `flush_commitlog_timed`, does not put it off by an interval)."""
+        if not self.sync and self.job.next_run:
+            interval_ms = max(1.0, (self.job.next_run - time.monotonic()) * 1000)
+        super().wait_for_running(interval_ms)
+
     def run_once(self) -> None:
-        queue = self.commitlog.queue
         if self.sync:
             # Puts lead their own flushes; the thread flushes what puts that do not wait
             # (WAIT=false) left behind, unless a put is flushing now.
-            if queue.flushed_where < self.commitlog.get_max_offset():
+            if self.commitlog.queue.flushed_where < self.commitlog.get_max_offset():
                 with self.cv:
                     if self.flushing:
                         return
                     self.flushing = True
                 self._lead_flush()
             return
-        least = self.least.now()
-        for _ in range(len(queue.files) + 1):
-            if self._flush(least):
-                break
-        self._publish()
+        least = self.job.due(self.woken)
+        if least is not None:
+            self._flush(least)
 
-    def _flush_until(self, target: int) -> None:
-        queue = self.commitlog.queue
-        while queue.flushed_where < target:
-            if self._flush(0):
-                break
-
-    def _flush(self, least_pages: int) -> bool:
+    def _flush(self, least_pages: int) -> None:
         try:
-            return self.commitlog.flush(least_pages)
-        except OSError as e:
-            self._fail(e)
-            return True
+            self.job.run(least_pages)
+        except FlushFailed:
+            pass                                 # `_fail` has marked the store
+
+    # -- the job's positions ---------------------------------------------------------------
+    def target(self) -> int:
+        return self.commitlog.get_max_offset()
+
+    def done(self) -> int:
+        return self.commitlog.queue.flushed_where
+
+    def step(self, flushed: int, target: int, least_pages: int) -> int:
+        self.commitlog.flush(least_pages)
+        return self.commitlog.queue.flushed_where
+
+    def advanced(self, flushed: int, target: int) -> None:
+        self._publish_checkpoint()
+        if not self.sync:
+            with self.cv:
+                self.cv.notify_all()
 
     def _fail(self, error: OSError) -> None:
         """A failed flush is never retried: stop, refuse writes, wake every waiter."""
@@ -178,182 +190,154 @@ class FlushService(ServiceThread):
             ckpt.physic_msg_timestamp = queue.store_timestamp
         ckpt.flushed_phy_offset = queue.flushed_where
 
-    def _publish(self) -> None:
-        self._publish_checkpoint()
-        with self.cv:
-            self.cv.notify_all()
-
     def drain(self) -> None:
         if not self.failed:
-            self._flush_until(self.commitlog.get_max_offset())
+            self._flush(0)
             # As RocketMQ's shutdown, flush(0) at least once even with nothing left: a flush with
             # no least pages is what records the newest flushed store time for the checkpoint.
-            self._flush(0)
-            self._publish()
+            try:
+                self.commitlog.flush(0)
+            except OSError as e:
+                self._fail(e)
+                return
+            self._publish_checkpoint()
+        with self.cv:
+            self.cv.notify_all()
 
     def on_crash(self) -> None:
         self._fail(OSError("flush service crashed"))
 
 
 class CommitService(ServiceThread):
+    """Hosts core.jobs.CommitJob in a thread over the CommitLog's queue; an advance wakes
+    the flush thread."""
+
     def __init__(self, store):
         super().__init__("commit-commitlog")
         self.store = store
-        self.cfg = store.config
-        self.interval_ms = self.cfg.commit_interval_commitlog
-        self.least = LeastPages(self.cfg.commit_commitlog_least_pages,
-                                self.cfg.commit_commitlog_thorough_interval)
+        self.commitlog = store.commitlog
+        self.job = CommitJob(store.config, self)
+        self.interval_ms = self.job.interval_ms
 
     def run_once(self) -> None:
-        if not self.store.commitlog.commit(self.least.now()):
-            self.store.flush_service.wakeup()
+        least = self.job.due(self.woken)
+        if least is not None:
+            self.job.run(least)
+
+    # -- the job's positions ---------------------------------------------------------------
+    def target(self) -> int:
+        return self.commitlog.queue.get_max_wrote_position()
+
+    def done(self) -> int:
+        return self.commitlog.queue.committed_where
+
+    def step(self, committed: int, target: int, least_pages: int) -> int:
+        self.commitlog.commit(least_pages)
+        return self.commitlog.queue.committed_where
+
+    def advanced(self, committed: int, target: int) -> None:
+        self.store.flush_service.wakeup()
 
     def drain(self) -> None:
-        for _ in range(len(self.store.commitlog.queue.files) + 1):
-            if self.store.commitlog.commit(0):
-                break
+        self.job.drain()
+
+
+class StorePositions:
+    """The reput job's positions in the embedded store (core.jobs.ReputPositions): the
+    CommitLog's own offsets, and the checkpoint the store writes."""
+
+    def __init__(self, store):
+        self.store = store
+        self.commitlog = store.commitlog
+
+    def min_offset(self) -> int:
+        return self.commitlog.get_min_offset()
+
+    def confirm(self) -> int:
+        return self.commitlog.get_confirm_offset()
+
+    def reached(self, offset: int) -> None:
+        """Nothing to raise: `reput_from` is read from the job."""
+
+    def durable(self, offset: int, logics_ts: int, index_ts: int) -> None:
+        self.store.record_dispatched(offset, logics_ts, index_ts)
 
 
 class ReputService(ServiceThread):
-    """Dispatches every millisecond, as RocketMQ's; once nothing has been dispatched for
-    IDLE_AFTER_S, every IDLE_INTERVAL_MS (as the reput process does, services/reput.py), and
-    `idle` is set so that the next put wakes it at once (`MessageStore.put_message`)."""
+    """Hosts core.jobs.ReputJob in a thread: a step every millisecond, as RocketMQ's; once
+    nothing has been dispatched for IDLE_AFTER_S, every IDLE_INTERVAL_MS (the job says when),
+    and `idle` is set so that the next put wakes it at once (`MessageStore.put_message`)."""
     interval_ms = 1
 
     def __init__(self, store, from_offset: int):
         super().__init__("reput")
         self.store = store
-        self.cfg = store.config
-        self.reput_from = from_offset
-        self._last_cq_flush = time.monotonic()
-        self._last_thorough = time.monotonic()
-        self._last_moved = time.monotonic()
-        self._disk_retry_at = None          # after ENOSPC: when dispatch tries the disk again
+        self.job = ReputJob(store.config, store.dispatcher, store.cq_store, store.index_service,
+                            StorePositions(store), from_offset)
         self.idle = False
 
-    def wait_for_running(self, interval_ms: float) -> None:
-        if time.monotonic() - self._last_moved >= IDLE_AFTER_S:
-            self.idle = True                     # from now on a put wakes the thread
-            if self.behind() > 0:
-                self.idle = False
-                return
-            interval_ms = max(interval_ms, IDLE_INTERVAL_MS)
-        super().wait_for_running(interval_ms)
-        self.idle = False
+    @property
+    def reput_from(self) -> int:
+        return self.job.reput_from
 
     def behind(self) -> int:
-        return self.store.commitlog.get_confirm_offset() - self.reput_from
+        return self.job.behind()
+
+    def wait_for_running(self, interval_ms: float) -> None:
+        job = self.job
+        wait_ms = job.wait_ms(interval_ms, eager=False)
+        if job.idle():
+            self.idle = True                     # from now on a put wakes the thread
+            if job.behind() > 0 and not job.holding():
+                self.idle = False                # a put came before it could see `idle`
+                return
+        super().wait_for_running(wait_ms)
+        self.idle = False
 
     def run_once(self) -> None:
-        now = time.monotonic()
-        if self._disk_retry_at is None or now >= self._disk_retry_at:
-            self._dispatch_or_wait_for_space()
-        now = time.monotonic()
-        if now - self._last_cq_flush >= self.cfg.flush_interval_consume_queue / 1000:
-            self._last_cq_flush = now
-            if now - self._last_thorough >= self.cfg.flush_consume_queue_thorough_interval / 1000:
-                self._last_thorough = now
-                self.store.persist_dispatched(self.reput_from)
-            else:
-                self.store.cq_store.flush(self.cfg.flush_consume_queue_least_pages)
-
-    def _dispatch_or_wait_for_space(self) -> None:
-        """A full disk (a consume-queue or index file cannot be created or written) holds the
-        dispatch where it is and tries again every DISK_RETRY_S, as the reput process does
-        (services/reput.py): what was written stays, the rest is written again (dispatch is
-        idempotent) once there is space; the thread does not die."""
-        try:
-            self.dispatch_available()
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            if self._disk_retry_at is None:
-                log.error("cannot write consume queues or index: %s; dispatch waits at %d and "
-                          "tries again every %g s", e, self.reput_from, DISK_RETRY_S)
-            self._disk_retry_at = time.monotonic() + DISK_RETRY_S
-            return
-        if self._disk_retry_at is not None:
-            self._disk_retry_at = None
-            log.info("consume queues and index can be written again: dispatch goes on from %d",
-                     self.reput_from)
-
-    def dispatch_available(self) -> None:
-        commitlog = self.store.commitlog
-        min_offset = commitlog.get_min_offset()
-        if self.reput_from < min_offset:
-            self.reput_from = min_offset
-        confirm = commitlog.get_confirm_offset()
-        if self.reput_from < confirm:
-            self.reput_from, _ = self.store.dispatcher.run(self.reput_from, confirm)
-            self._last_moved = time.monotonic()
+        self.job.dispatch_once()
+        self.job.flush_due()
 
     def drain(self) -> None:
-        self.dispatch_available()
-        self.store.persist_dispatched(self.reput_from)
+        self.job.drain()
 
     def on_crash(self) -> None:
-        from core.running_flags import WRITE_LOGICS_QUEUE_ERROR
         self.store.flags.set(WRITE_LOGICS_QUEUE_ERROR)
 
 
 class AllocateService(ServiceThread):
-    """Creates segments ahead of need; `allocate(path, next_path)` is the queue's allocator.
-    `discard_ahead()` (at shutdown) deletes the segments made ahead that the queue never asked
-    for, as RocketMQ's AllocateMappedFileService does with its pre-allocated files."""
+    """Hosts core.jobs.AllocateJob in a thread: `allocate(path, next_path)` is the queue's
+    allocator (called by puts); the thread makes the next segment ahead and, after ENOSPC,
+    tries the failed one again. Its positions: the store's DISK_FULL flag, which the store
+    sets itself with the time a put may try again (MessageStore._note_create_failure) and
+    which a segment created again clears. `discard_ahead()` (at shutdown) deletes the
+    segments made ahead that the queue never asked for."""
     interval_ms = 1000
 
-    def __init__(self, fileops, file_size: int, warm: bool = False):
+    def __init__(self, fileops, file_size: int, warm: bool = False, flags=None):
         super().__init__("allocate-mapped-file")
-        self.fileops = fileops
-        self.file_size = file_size
-        self.warm = warm
-        self._pending: list[str] = []
-        self._ahead: set[str] = set()               # made ahead, not yet asked for
-        self._lock = threading.Lock()
-        self._creating = threading.Lock()
-        self.last_error: OSError | None = None
+        self.flags = flags
+        self.job = AllocateJob(fileops, file_size, warm, self)
+
+    @property
+    def last_error(self) -> OSError | None:
+        return self.job.last_error
 
     def allocate(self, path: str, next_path: str) -> None:
-        with self._creating:
-            self._ahead.discard(path)
-            if not os.path.exists(path):
-                try:
-                    self.fileops.create_file(path, self.file_size)
-                except OSError as e:
-                    self.last_error = e                # the store reads it (ENOSPC: disk full)
-                    raise
-        with self._lock:
-            if next_path not in self._pending:
-                self._pending.append(next_path)
+        self.job.allocate(path, next_path)
         self.wakeup()
 
+    def disk_full(self, full: bool) -> None:
+        if not full and self.flags is not None and self.flags.is_set(DISK_FULL):
+            log.info("segments can be created again: DISK_FULL cleared")
+            self.flags.clear(DISK_FULL)
+
     def run_once(self) -> None:
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return
-                path = self._pending.pop(0)
-            try:
-                with self._creating:
-                    if os.path.exists(path):
-                        continue
-                    self.fileops.create_file(path, self.file_size)
-                    self._ahead.add(path)
-                if self.warm:
-                    self._warm(path)
-            except OSError as e:
-                self.last_error = e
-                log.warning("could not create %s ahead of time: %s", path, e)
+        self.job.run_once()
 
     def discard_ahead(self) -> None:
         """Delete the segments made ahead and never asked for; call once the thread stopped."""
-        with self._creating:
-            self.fileops.discard_unwritten(self._ahead, log)
-            self._ahead.clear()
-
-    def _warm(self, path: str) -> None:
-        if not self.fileops.warm_file(path, self.file_size):
-            log.warning("mlock of %s not allowed here; segment warmed but not locked", path)
+        self.job.discard_ahead()
 
 
 class ScheduleService(ServiceThread):

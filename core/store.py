@@ -28,6 +28,7 @@ from core.log.dispatch import Dispatcher
 from core.delay.put import delay_rules, delayed_put
 from core.embedded_services import AllocateService, CommitService, FlushService, ReputService, ScheduleService
 from core.files.fileops import REAL_FILE_OPS, FileOps
+from core.jobs import flush_whole
 from core.log.index_service import IndexService
 from core.read.store_reader import StoreReader
 from core.log.recovery import rebuild_topic_queue_table, recover_store
@@ -79,7 +80,7 @@ class MessageStore:
         self.lock = lock or StoreLock(config.lock_path)
         self.abort_file = AbortFile(config.abort_path, self.fileops)
         self.allocate_service = AllocateService(self.fileops, config.mapped_file_size_commitlog,
-                                                config.warm_mapped_file_enable)
+                                                config.warm_mapped_file_enable, self.flags)
         pool = (TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commitlog)
                 if config.use_transient_store_pool else None)
         self.commitlog = CommitLog(config, self.fileops, self.allocate_service.allocate, pool)
@@ -221,13 +222,17 @@ class MessageStore:
     def persist_dispatched(self, dispatched: int) -> None:
         """Flush consume queues and index, then record in the checkpoint how far they are durable."""
         ts = self.dispatcher.last_store_timestamp
-        self.cq_store.flush(0)
-        if self.index_service is not None:
-            self.index_service.flush()
-            self.checkpoint.index_msg_timestamp = self.index_service.last_flushed_index_timestamp
+        flush_whole(self.cq_store, self.index_service)
+        index_ts = self.index_service.last_flushed_index_timestamp if self.index_service else 0
+        self.record_dispatched(dispatched, ts, index_ts)
+
+    def record_dispatched(self, dispatched: int, logics_ts: int, index_ts: int) -> None:
+        """Write into the checkpoint that queues and index are durable up to `dispatched`."""
         ckpt = self.checkpoint
-        if ts:
-            ckpt.logics_msg_timestamp = ts
+        if self.index_service is not None:
+            ckpt.index_msg_timestamp = index_ts
+        if logics_ts:
+            ckpt.logics_msg_timestamp = logics_ts
         ckpt.dispatched_phy_offset = dispatched
         ckpt.flushed_phy_offset = self.commitlog.queue.flushed_where
         ckpt.confirm_phy_offset = self.commitlog.get_confirm_offset()

@@ -10,6 +10,10 @@ ASYNC_FLUSH, where readers may see what is committed), wakes the flusher, and re
 (`pool_return`) the buffer of every segment it has committed to its end. Every second with
 commits done it emits a `stats` event with `commit_latency` (the time of each copy).
 
+The policy (interval, least pages, thorough interval, the segment walk) is core.jobs.CommitJob,
+the job the embedded store's commit thread runs as well; this module is the words, sockets and
+pool buffers around it.
+
 A segment with no buffer lent was written straight into its file (the pool was empty when
 the appender started it): committing it only moves COMMITTED along. The appender lends a
 buffer before writing the segment's first byte and raises WROTE after writing, so WROTE past a
@@ -23,7 +27,7 @@ import time
 import zmq
 
 from core.files.cache_window import UnmapBehind
-from core.files.least_pages import LeastPages
+from core.jobs import CommitJob
 from ipc.control_block import Word
 from ipc.protocol import pack
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
@@ -36,15 +40,15 @@ log = logging.getLogger("mqstore.committer")
 
 
 class Committer(ServiceLoop):
+    """Hosts core.jobs.CommitJob; the job's positions (core.jobs.SegmentPositions) are the
+    WROTE and COMMITTED words, writable mappings of the segments and the pool's buffers."""
     name = "committer"
 
     def __init__(self, config, cb):
         super().__init__(config, cb)
-        self.interval_ms = config.commit_interval_commitlog
+        self.job = CommitJob(config, self)
+        self.interval_ms = self.job.interval_ms
         self.file_size = config.mapped_file_size_commitlog
-        self.least = LeastPages(config.commit_commitlog_least_pages,
-                                config.commit_commitlog_thorough_interval)
-        self.next_commit = 0.0
         self.committed = cb.get(Word.COMMITTED)
         self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=True)
         self.unmap = UnmapBehind(self.segments, config.page_cache_window_commitlog)
@@ -63,52 +67,51 @@ class Committer(ServiceLoop):
         woken = self.take_wakeups(self.pull)
         now = time.monotonic()
         self.emit_latency_every_second("commit_latency", self.latency, now)
-        if not woken and now < self.next_commit:
-            return
-        self.next_commit = now + self.interval_ms / 1000
-        least = self.least.now(now)
-        self.commit(least)
+        least = self.job.due(woken, now)
+        if least is not None:
+            self.commit(least)
 
     def commit(self, least_pages: int) -> None:
-        wrote = self.cb.get(Word.WROTE)
-        committed = self.committed
+        self.job.run(least_pages)
+
+    # -- the job's positions ---------------------------------------------------------------
+    def target(self) -> int:
+        return self.cb.get(Word.WROTE)
+
+    def done(self) -> int:
+        return self.committed
+
+    def step(self, committed: int, wrote: int, least_pages: int) -> int:
         size = self.file_size
-        while committed < wrote:
-            start = committed - committed % size
-            mf = self.segments.get(start)
-            index = self.cb.pool_buffer_for(start)
-            mf.write_buffer = None if index is None else self.pool.buffers[index]
-            mf.committed_position = committed - start
-            mf.wrote_position = min(wrote - start, size)
-            began = time.perf_counter()
-            reached = start + mf.commit(least_pages)
-            if reached != committed:
-                self.latency.observe(time.perf_counter() - began)
-            if reached == start + size:
-                if index is not None:
-                    self.cb.pool_return(index)
-                self.segments.drop(start)
-            if reached == committed:
-                break
-            committed = reached
-        if committed > self.committed:
-            self.committed = committed
-            self.cb.set(Word.COMMITTED, committed)
-            self.cb.raise_to(Word.CONFIRM, committed)
-            self.unmap.advance(committed)
-            try:
-                self.flush_push.send(pack({"op": "flush", "upto": committed}), zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass                           # the flusher polls COMMITTED as well
+        start = committed - committed % size
+        mf = self.segments.get(start)
+        index = self.cb.pool_buffer_for(start)
+        mf.write_buffer = None if index is None else self.pool.buffers[index]
+        mf.committed_position = committed - start
+        mf.wrote_position = min(wrote - start, size)
+        began = time.perf_counter()
+        reached = start + mf.commit(least_pages)
+        if reached != committed:
+            self.latency.observe(time.perf_counter() - began)
+        if reached == start + size:
+            if index is not None:
+                self.cb.pool_return(index)
+            self.segments.drop(start)
+        return reached
+
+    def advanced(self, committed: int, wrote: int) -> None:
+        self.committed = committed
+        self.cb.set(Word.COMMITTED, committed)
+        self.cb.raise_to(Word.CONFIRM, committed)
+        self.unmap.advance(committed)
+        try:
+            self.flush_push.send(pack({"op": "flush", "upto": committed}), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass                           # the flusher polls COMMITTED as well
 
     def drain(self) -> None:
         """Commit everything written before exit."""
-        while self.committed < self.cb.get(Word.WROTE):
-            before = self.committed
-            self.commit(0)
-            if self.committed == before:
-                log.error("cannot commit past %d (WROTE %d)", before, self.cb.get(Word.WROTE))
-                break
+        self.job.drain()
 
     def close(self) -> None:
         self.segments.close()

@@ -18,6 +18,10 @@ LAST_STORE_TS it read before choosing its target (so never a record it has not f
 the appender's order of writes), and under SYNC_FLUSH then wakes the appender through the
 `flushed` FIFO (the appender reads FLUSHED after it; a lost wakeup costs it one poll interval).
 
+The policy (interval, least pages, thorough interval, timed, the segment walk, no retry after
+a failure) is core.jobs.FlushJob, the job the embedded store's flush thread runs as well; this
+module is the words, wakeups and checkpoint around it.
+
 The checkpoint (`core.log.checkpoint.StoreCheckpoint`) gets physic timestamp, flushed and confirm
 offsets and copies of LOGICS_TS, INDEX_TS and DISPATCHED_DURABLE whenever one of them changed,
 at most every CHECKPOINT_INTERVAL_S (each write is an fdatasync of its own, kept off the group
@@ -38,7 +42,7 @@ import zmq
 
 from core.log.checkpoint import StoreCheckpoint
 from core.files.fileops import REAL_FILE_OPS
-from core.files.least_pages import LeastPages
+from core.jobs import FlushFailed, FlushJob
 from ipc.control_block import ServiceState, Word
 from ipc.sockets import bind_ipc, ipc_endpoint, make_socket
 from ipc.wakeup import Wakeup
@@ -52,23 +56,19 @@ SYNC_POLL_MS = 5
 EXIT_FLUSH_FAILED = 3
 
 
-class FlushFailed(Exception):
-    """A flush raised OSError; the store must not take writes until recovered."""
-
-
 class Flusher(ServiceLoop):
+    """Hosts core.jobs.FlushJob; the job's positions (core.jobs.SegmentPositions) are the
+    COMMITTED and FLUSHED words and read-only mappings of the segments."""
     name = "flusher"
 
     def __init__(self, config, cb):
         super().__init__(config, cb)
         self.sync = bool(cb.get(Word.SYNC_FLUSH))
-        self.interval_ms = SYNC_POLL_MS if self.sync else config.flush_interval_commitlog
+        self.job = FlushJob(config, self, self.sync, self._failed, SYNC_POLL_MS)
+        self.interval_ms = self.job.interval_ms
         self.file_size = config.mapped_file_size_commitlog
-        self.timed = config.flush_commitlog_timed
-        self.least = LeastPages(config.flush_commitlog_least_pages,
-                                config.flush_commitlog_thorough_interval)
-        self.next_flush = 0.0
         self.flushed = cb.get(Word.FLUSHED)
+        self.store_ts = 0
         self.segments = SegmentCache(config.commitlog_dir, self.file_size, writable=False)
         self.checkpoint: StoreCheckpoint | None = None
         self.checkpointed = None
@@ -96,49 +96,54 @@ class Flusher(ServiceLoop):
     def run_once(self) -> None:
         woken = self.take_wakeups(self.pull)
         woken = self.flush_wakeup.drain() or woken
-        if self.sync:
-            self.flush(0)
-        else:
-            now = time.monotonic()
-            if now >= self.next_flush or (woken and not self.timed):
-                self.next_flush = now + self.interval_ms / 1000
-                self.flush(self.least.now(now))
+        least = self.job.due(woken)
+        if least is not None:
+            self.flush(least)
         self.write_checkpoint(force=False)
         self.emit_latency_every_second("flush_latency", self.latency, time.monotonic())
 
     def flush(self, least_pages: int) -> None:
-        cb = self.cb
-        store_ts = cb.get(Word.LAST_STORE_TS)
-        target = cb.get(Word.COMMITTED)
-        flushed = self.flushed
+        self.job.run(least_pages)
+
+    # -- the job's positions ---------------------------------------------------------------
+    def target(self) -> int:
+        self.store_ts = self.cb.get(Word.LAST_STORE_TS)      # read before the target
+        return self.cb.get(Word.COMMITTED)
+
+    def done(self) -> int:
+        return self.flushed
+
+    def step(self, flushed: int, target: int, least_pages: int) -> int:
         size = self.file_size
-        while flushed < target:
-            start = flushed - flushed % size
-            mf = self.segments.get(start)
-            mf.flushed_position = flushed - start
-            mf.wrote_position = min(target - start, size)
-            began = time.perf_counter()
-            try:
-                reached = start + mf.flush(least_pages)
-            except OSError as e:
-                cb.set(Word.FLUSH_FAILED, 1)
-                self.flushed_wakeup.notify()           # parked puts get FLUSH_DISK_TIMEOUT now
-                raise FlushFailed(f"flush of {mf.path} failed: {e}") from e
-            if reached == flushed:
-                break
+        start = flushed - flushed % size
+        mf = self.segments.get(start)
+        mf.flushed_position = flushed - start
+        mf.wrote_position = min(target - start, size)
+        began = time.perf_counter()
+        try:
+            reached = start + mf.flush(least_pages)
+        except OSError as e:
+            raise OSError(e.errno, f"flush of {mf.path} failed: {e}") from e
+        if reached != flushed:
             self.latency.observe(time.perf_counter() - began)
-            if reached == start + size:
-                self.segments.drop(start)
-            flushed = reached
-        if flushed > self.flushed:
-            self.flushed = flushed
-            cb.set(Word.FLUSHED, flushed)
-            if self.sync:
-                cb.raise_to(Word.CONFIRM, flushed)
-            if flushed == target and store_ts:
-                cb.raise_to(Word.PHYSIC_TS, store_ts)
-            if self.sync:
-                self.flushed_wakeup.notify()           # after the words: the appender reads them next
+        if reached == start + size:
+            self.segments.drop(start)
+        return reached
+
+    def advanced(self, flushed: int, target: int) -> None:
+        cb = self.cb
+        self.flushed = flushed
+        cb.set(Word.FLUSHED, flushed)
+        if self.sync:
+            cb.raise_to(Word.CONFIRM, flushed)
+        if flushed == target and self.store_ts:
+            cb.raise_to(Word.PHYSIC_TS, self.store_ts)
+        if self.sync:
+            self.flushed_wakeup.notify()           # after the words: the appender reads them next
+
+    def _failed(self, error: OSError) -> None:
+        self.cb.set(Word.FLUSH_FAILED, 1)
+        self.flushed_wakeup.notify()               # parked puts get FLUSH_DISK_TIMEOUT now
 
     def write_checkpoint(self, force: bool) -> None:
         cb = self.cb

@@ -24,11 +24,11 @@ taken SHORT_STEP_RECORDS records at a time, so that it gives way every few recor
 further 0.1-0.3 ms lower in 9 of 11 interleaved comparisons); larger ranges (a loaded store,
 catching up) keep the large batches, whose fixed cost small steps would multiply.
 
-A consume-queue or index file that cannot be created for want of space (ENOSPC, EDQUOT) is
-no crash (DESIGN.md section 4: a full disk shows as a status, never as a crash): the error is
-logged, dispatch stays where it was and is tried again every `DISK_RETRY_S`; dispatching the
-range again is idempotent, so the entries and keys written before the error are not doubled.
-Consumers then lag (the `dispatch` lag of `mqstore status`) until space comes back.
+The dispatch step, the consume-queue flush rules and the full-disk hold (ENOSPC, EDQUOT: no
+crash, dispatch or flush waits where it is and tries again; DESIGN.md section 4) are
+core.jobs.ReputJob, the job the embedded store runs in a thread; this module is the control-block
+words it reads and raises, the PUB socket and the clean-up of files below MIN_PHY around it.
+Consumers lag (the `dispatch` lag of `mqstore status`) until space comes back.
 
 A (re)started reput resumes from DISPATCHED_DURABLE, what is known to be on disk: it loads
 and recovers the queues and the index, and dispatching the range again is idempotent (an
@@ -40,7 +40,6 @@ Usage (started by the supervisor): python -m services.reput --store ROOT
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
@@ -49,7 +48,8 @@ import zmq
 
 from core.log.consume_queue import UNIT_SIZE
 from core.log.consume_queue_store import ConsumeQueueStore
-from core.log.dispatch import IDLE_AFTER_S, IDLE_INTERVAL_MS, Dispatcher, DispatchStop
+from core.jobs import ReputJob
+from core.log.dispatch import Dispatcher
 from core.files.fileops import REAL_FILE_OPS
 from core.log.index_service import IndexService
 from core.files.cache_window import DropBehind, UnmapBehind
@@ -65,8 +65,6 @@ UNWATCHED_INTERVAL_MS = 10     # the loop's interval while no pull is held (wait
 CATCH_UP_BYTES = 64 << 20
 SHORT_RANGE_BYTES = 64 << 10   # a dispatch of at most this much is taken in short steps...
 SHORT_STEP_RECORDS = 8         # ...of this many records, giving way between them
-DISK_RETRY_S = 1.0
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Reput(ServiceLoop):
@@ -95,76 +93,57 @@ class Reput(ServiceLoop):
         self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index, self._arrived,
                                      give_way=os.sched_yield,
                                      short_steps=(SHORT_RANGE_BYTES, SHORT_STEP_RECORDS))
-        self.reput_from = max(cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.MIN_PHY))
-        self._invalid_at = -1
-        self._moved = False
-        self._disk_retry_at = None          # after ENOSPC: when dispatch tries the disk again
+        self.job = ReputJob(cfg, self.dispatcher, self.cq_store, self.index, self,
+                            max(cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.MIN_PHY)),
+                            chunk=CHUNK, on_range=self._bound_view)
         now = time.monotonic()
-        self._last_moved = now
-        self._last_cq_flush = self._last_thorough = now
         self._next_clean, self._cleaned_to = now, -1          # a first pass at start
         self.pub = make_socket(self.ctx, zmq.PUB)
         bind_ipc(self.pub, ipc_endpoint(self.run_dir, "reput.pub"))
-        log.info("reput starts at %d (CONFIRM %d, DISPATCHED %d)", self.reput_from,
+        log.info("reput starts at %d (CONFIRM %d, DISPATCHED %d)", self.job.reput_from,
                  cb.get(Word.CONFIRM), cb.get(Word.DISPATCHED))
         self._catch_up()
 
     def _catch_up(self) -> None:
-        start = self.reput_from
+        job = self.job
+        start = job.reput_from
         total = self.cb.get(Word.CONFIRM) - start
         if total <= min(CATCH_UP_BYTES, 4 * self.config.mapped_file_size_commitlog):
             return
         self.set_state(ServiceState.RECOVERING, done=0, total=total)
-        while not self.stopped and self.dispatch_once():
-            self.report_progress(self.reput_from - start, total)
-            self._flush_due()
-        self.report_progress(self.reput_from - start, total)
+        while not self.stopped and job.dispatch_once():
+            self.report_progress(job.reput_from - start, total)
+            job.flush_due()
+        self.report_progress(job.reput_from - start, total)
+
+    # -- the job's positions (core.jobs.ReputPositions): control-block words -------------
+    def min_offset(self) -> int:
+        return self.cb.get(Word.MIN_PHY)
+
+    def confirm(self) -> int:
+        return self.cb.get(Word.CONFIRM)
+
+    def _bound_view(self, min_offset: int, confirm: int) -> None:
+        self.commitlog.set_min(min_offset)
+        self.commitlog.set_end(confirm)
+
+    def reached(self, offset: int) -> None:
+        self.cb.raise_to(Word.DISPATCHED, offset)
+        self.unmap.advance(offset)
+        self.drop.advance(offset)
+        self._publish()
+
+    def durable(self, offset: int, logics_ts: int, index_ts: int) -> None:
+        cb = self.cb
+        cb.raise_to(Word.DISPATCHED_DURABLE, offset)
+        if logics_ts:
+            cb.raise_to(Word.LOGICS_TS, logics_ts)
+        if self.index is not None:
+            cb.raise_to(Word.INDEX_TS, index_ts)
 
     # -- dispatch ------------------------------------------------------------------------
     def _arrived(self, topic: str, queue_id: int, next_offset: int) -> None:
         self.arrivals[topic, queue_id] = next_offset
-
-    def dispatch_once(self) -> bool:
-        """Dispatch up to CHUNK bytes below CONFIRM; True when it moved."""
-        cb = self.cb
-        min_phy = cb.get(Word.MIN_PHY)
-        if self.reput_from < min_phy:
-            log.warning("reput jumps from %d to the log's first byte %d", self.reput_from, min_phy)
-            self.reput_from = min_phy
-        confirm = cb.get(Word.CONFIRM)
-        start = self.reput_from
-        if start >= confirm:
-            return False
-        if self._disk_retry_at is not None and time.monotonic() < self._disk_retry_at:
-            return False
-        self.commitlog.set_min(min_phy)
-        self.commitlog.set_end(confirm)
-        limit = min(confirm, start + CHUNK)
-        try:
-            reached, stop = self.dispatcher.run(start, limit)
-            if reached == start and limit < confirm:        # one record larger than CHUNK
-                reached, stop = self.dispatcher.run(start, confirm)
-        except OSError as e:
-            if e.errno not in NO_SPACE:
-                raise
-            if self._disk_retry_at is None:
-                log.error("cannot write consume queues or index: %s; dispatch waits at %d and "
-                          "tries again every %g s", e, start, DISK_RETRY_S)
-            self._disk_retry_at = time.monotonic() + DISK_RETRY_S
-            self._publish()                                 # what was written before the error
-            return False
-        if self._disk_retry_at is not None:
-            self._disk_retry_at = None
-            log.info("consume queues and index can be written again: dispatch goes on from %d", start)
-        if stop == DispatchStop.INVALID and reached < confirm and reached != self._invalid_at:
-            self._invalid_at = reached
-            log.error("no valid record at %d below CONFIRM %d; dispatch waits there", reached, confirm)
-        self.reput_from = reached
-        cb.raise_to(Word.DISPATCHED, reached)
-        self.unmap.advance(reached)
-        self.drop.advance(reached)
-        self._publish()
-        return reached > start
 
     def _publish(self) -> None:
         """Send the arrivals to the reader while it holds pulls (PULLS_HELD); otherwise
@@ -189,35 +168,20 @@ class Reput(ServiceLoop):
         UNWATCHED_INTERVAL_MS while none waits: nobody is then held up by a later consume-queue
         entry, and waking 1,000 times a second to dispatch a put or two took a CPU from the
         appender and its clients on small machines (the slowest unbatched puts). Once nothing
-        has been dispatched for IDLE_AFTER_S it is at least IDLE_INTERVAL_MS. CONFIRM is a
-        shared word, not a message: there is no socket to wait on, so this process sleeps."""
+        has been dispatched for IDLE_AFTER_S it is at least IDLE_INTERVAL_MS (the job's rule).
+        CONFIRM is a shared word, not a message: there is no socket to wait on, so this
+        process sleeps."""
         self.ready = {}
-        if self._moved and self.cb.get(Word.CONFIRM) > self.reput_from:
-            return
         if not self.cb.get(Word.PULLS_HELD):
             timeout_ms = max(timeout_ms, UNWATCHED_INTERVAL_MS)
-        elif time.monotonic() - self._last_moved >= IDLE_AFTER_S:
-            timeout_ms = max(timeout_ms, IDLE_INTERVAL_MS)
-        time.sleep(timeout_ms / 1000)
+        wait_ms = self.job.wait_ms(timeout_ms)
+        if wait_ms:
+            time.sleep(wait_ms / 1000)
 
     def run_once(self) -> None:
-        self._moved = self.dispatch_once()
-        if self._moved:
-            self._last_moved = time.monotonic()
-        self._flush_due()
+        self.job.dispatch_once()
+        self.job.flush_due()
         self._clean_due()
-
-    def _flush_due(self) -> None:
-        now = time.monotonic()
-        cfg = self.config
-        if now - self._last_cq_flush < cfg.flush_interval_consume_queue / 1000:
-            return
-        self._last_cq_flush = now
-        if now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval / 1000:
-            self._last_thorough = now
-            self.persist()
-        else:
-            self.cq_store.flush(cfg.flush_consume_queue_least_pages)
 
     def _clean_due(self) -> None:
         """RocketMQ's CleanConsumeQueueService: once retention has moved MIN_PHY, delete the
@@ -237,25 +201,9 @@ class Reput(ServiceLoop):
             log.info("the log starts at %d now: deleted %d consume-queue and %d index files "
                      "that pointed only below it", min_phy, queues, indexes)
 
-    def persist(self) -> None:
-        """Flush queues and index whole, then say how far they are durable."""
-        dispatched = self.reput_from
-        timestamp = self.dispatcher.last_store_timestamp
-        self.cq_store.flush(0)
-        if self.index is not None:
-            self.index.flush()
-        cb = self.cb
-        cb.raise_to(Word.DISPATCHED_DURABLE, dispatched)
-        if timestamp:
-            cb.raise_to(Word.LOGICS_TS, timestamp)
-        if self.index is not None:
-            cb.raise_to(Word.INDEX_TS, self.index.last_flushed_index_timestamp)
-
     def drain(self) -> None:
-        while self.dispatch_once():
-            self.cb.heartbeat(self.name)
-        self.persist()
-        log.info("drained: dispatched and durable up to %d (CONFIRM %d)", self.reput_from,
+        self.job.drain(between=lambda: self.cb.heartbeat(self.name))
+        log.info("drained: dispatched up to %d (CONFIRM %d)", self.job.reput_from,
                  self.cb.get(Word.CONFIRM))
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """`LeastPages`: RocketMQ's rule for how much a periodic flush or commit must have to do: at
 least `least_pages` dirty pages, except once every `thorough_interval_ms`, when anything at
-all is taken (0 pages). Shared by the flush and commit threads of the embedded store and by
-the flusher and committer processes."""
+all is taken (0 pages). Used by core.jobs.FlushJob and CommitJob (threads of the embedded
+store, the flusher and committer processes)."""
 from __future__ import annotations
 
 import time

@@ -2,6 +2,10 @@
 queue with tag filter and RocketMQ's batch limits, lookups by physical offset and message id,
 queries through the index, and offset-by-time.
 
+A pull walks the consume queue once (`StoreReader._collect`), copying runs of back-to-back
+records with one slice each; the reader process (services/reader/pull.py) answers through the
+same walk, keeping the runs as they are, and adds its fast path and repeated pulls.
+
 No read serves a damaged record (`core.read.check`): a pull checks each record against its
 consume-queue entry and its CRC and stops before the first that fails; a pull that starts at
 one answers MESSAGE_DAMAGED with the reason and the offset after it, so that a consumer goes on
@@ -58,39 +62,6 @@ def corrects_offsets(config) -> bool:
     return not config.is_slave or config.offset_check_in_slave
 
 
-class _SegmentReader:
-    """Copies records out of CommitLog segments, holding one segment across consecutive reads
-    instead of looking it up and taking a reference per record. `base` and `readable` describe
-    the held segment, so that a caller can test whether a record lies in it without a call."""
-
-    def __init__(self, queue):
-        self.queue = queue
-        self.mf = None
-        self.buf = None
-        self.base = 0              # global offset of the held segment's first byte
-        self.readable = 0          # its read position when last looked at; 0 when none held
-
-    def seek(self, phys: int, size: int) -> int:
-        """Hold the segment of `phys` (or look again at the read position of the one held);
-        the position of the record in `buf`, or -1 if it is not readable."""
-        mf = self.mf
-        if mf is None or not self.base <= phys < self.base + mf.file_size:
-            self.close()
-            mf = self.queue.find_mapped_file_by_offset(phys)
-            if mf is None or self.queue.hold(mf) is None:
-                return -1
-            self.mf, self.buf, self.base = mf, mf.buf, mf.file_from_offset
-        self.readable = mf.read_position
-        pos = phys - self.base
-        return pos if pos + size <= self.readable else -1
-
-    def close(self) -> None:
-        if self.mf is not None:
-            self.mf.release()
-            self.mf = self.buf = None
-            self.base = self.readable = 0
-
-
 class StoreReader:
     def __init__(self, config, commitlog, cq_store, index_service):
         self.config = config
@@ -124,67 +95,103 @@ class StoreReader:
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL,
                                 cq.roll_next_file(offset) if self.correct else offset, lo, hi)
 
-    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi, cq) -> GetMessageResult:
+    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi, cq):
+        """The pull walk (the only one: the reader process's BatchStoreReader answers through
+        it too). It walks the consume-queue entries `raw` from queue offset `offset` once,
+        applying the tag filter and RocketMQ's batch limits (count and bytes, in memory and on
+        disk), and notes runs of chosen records that lie back to back in the CommitLog (a
+        queue's records usually do); each run is copied out of the mapping with one slice
+        (`copy_runs`) and checked (`first_damaged`). A record still in the log but not
+        readable here yet (a reader's view of the log can trail the queue) stops the pull
+        where it starts, so that the next pull starts at it; one below the log's first byte
+        (retention) is skipped, MESSAGE_WAS_REMOVING when nothing else is found. The answer is
+        made by `answer` (records one by one here, runs in the reader process)."""
         codes = subscription_codes(tag_filter)
-        topic_b, queue_id, check_crc = cq.topic.encode("utf-8"), cq.queue_id, self.check_crc
-        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-        buffers, offsets = result.buffers, result.queue_offsets
+        commitlog = self.commitlog
+        end = commitlog.get_max_offset()
+        min_phy = commitlog.get_min_offset()
+        seg = commitlog.queue.mapped_file_size
         near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
-        seg = _SegmentReader(self.commitlog.queue)
-        chosen, sizes = [], []
-        count = total = scanned = 0
-        try:
-            for phys, size, tags in ENTRY.iter_unpack(raw):
-                if count:                      # RocketMQ's batch limits, by where the record is
-                    if phys >= near:
-                        if count >= mem_count or total + size > mem_bytes:
-                            break
-                    elif count >= disk_count or total + size > disk_bytes:
+        runs = []
+        chosen_phys, chosen_sizes, chosen_offsets = [], [], []
+        run_start = run_stop = -1
+        run_n = count = total = scanned = 0
+        removing = False
+        for phys, size, tags in ENTRY.iter_unpack(raw):
+            if count:                                # the batch limits, inlined
+                if phys >= near:
+                    if count >= mem_count or total + size > mem_bytes:
                         break
-                scanned += 1
-                if size == BLANK_SIZE or (codes is not None and tags not in codes):
-                    continue
-                pos = phys - seg.base
-                if pos < 0 or pos + size > seg.readable:
-                    pos = seg.seek(phys, size)
-                    if pos < 0:
-                        if phys >= self.commitlog.get_min_offset():     # now, not as of the start
-                            # Still in the log but not readable here yet (a reader's view of
-                            # the log can trail the queue): stop, so the next pull starts here.
-                            scanned -= 1
-                            break
-                        if not count:
-                            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                        continue
-                buffers.append(bytes(seg.buf[pos:pos + size]))
-                offsets.append(offset + scanned - 1)
-                chosen.append(phys)
-                sizes.append(size)
-                count += 1
-                total += size
-        finally:
-            seg.close()
-        result.next_begin_offset = offset + scanned
-        if count:
-            result.status = GetMessageStatus.FOUND
-            damaged = check_run(b"".join(buffers), sizes, chosen, topic_b, queue_id, offsets, check_crc)
+                elif count >= disk_count or total + size > disk_bytes:
+                    break
+            scanned += 1
+            if size == BLANK_SIZE or (codes is not None and tags not in codes):
+                continue
+            if phys >= min_phy and size > 0 and phys + size > end:
+                scanned -= 1                         # not readable here yet: the next pull
+                break                                # starts at it (never skip a live record)
+            if size <= 0 or phys < min_phy or phys % seg + size > seg:
+                removing = True                      # not readable any more
+                continue
+            if phys == run_stop:
+                run_stop += size
+                run_n += 1
+            else:
+                if run_n:
+                    runs.append((run_start, run_stop, run_n))
+                run_start, run_stop, run_n = phys, phys + size, 1
+            count += 1
+            total += size
+            chosen_phys.append(phys)
+            chosen_sizes.append(size)
+            chosen_offsets.append(offset + scanned - 1)
+        if run_n:
+            runs.append((run_start, run_stop, run_n))
+        chunks, lost = copy_runs(commitlog.queue, runs, places=True)
+        if lost:                                     # removed by retention meanwhile
+            count -= lost
+            removing = True
+            chunks, chosen_sizes, chosen_offsets = _without_lost(chunks, runs, chosen_sizes,
+                                                                 chosen_offsets)
+        elif count:
+            damaged = first_damaged(chunks, runs, chosen_phys, chosen_sizes, chosen_offsets, cq,
+                                    self.check_crc)
             if damaged is not None:
-                self._stop_before(result, damaged, chosen, cq)
-        return result
+                return self._cut_before(damaged, chunks, chosen_phys, chosen_sizes, chosen_offsets,
+                                        cq, lo, hi)
+        S = GetMessageStatus
+        status = S.FOUND if count else (S.MESSAGE_WAS_REMOVING if removing else S.NO_MATCHED_MESSAGE)
+        return self.answer(status, offset + scanned, lo, hi, chunks, count, chosen_sizes,
+                           chosen_offsets)
 
-    def _stop_before(self, result, damaged, phys, cq) -> None:
-        """Cut `result` before its record number `i`, which is damaged: the next pull starts at
-        it; or, when it is the first, answer MESSAGE_DAMAGED with the reason, the next pull
-        starting after it."""
-        i, why = damaged
-        offsets = result.queue_offsets
+    def _cut_before(self, damaged, chunks, phys, sizes, offsets, cq, lo, hi):
+        """The answer of a pull whose record number `i` (of those chosen) is damaged: the
+        records before it, FOUND, the next pull starting at it; or, when it is the first,
+        MESSAGE_DAMAGED with the reason, the next pull starting after it."""
+        i, chunk_i, cut, why = damaged
         if i:
-            result.next_begin_offset = offsets[i]
-        else:
-            result.status = GetMessageStatus.MESSAGE_DAMAGED
-            result.next_begin_offset = offsets[0] + 1
-            result.reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
-        del result.buffers[i:], offsets[i:]
+            kept = chunks[:chunk_i] + ([chunks[chunk_i][:cut]] if cut else [])
+            return self.answer(GetMessageStatus.FOUND, offsets[i], lo, hi, kept, i, sizes, offsets)
+        reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
+        return self.answer(GetMessageStatus.MESSAGE_DAMAGED, offsets[0] + 1, lo, hi, [], 0, sizes,
+                           offsets, reason)
+
+    def answer(self, status, next_offset, lo, hi, chunks, count, sizes, offsets, reason=""):
+        """A pull's GetMessageResult: the `count` records of `chunks` (runs of whole records,
+        of `sizes` and queue `offsets` in order) one by one."""
+        result = GetMessageResult(status, next_offset, lo, hi, reason=reason)
+        if count:
+            buffers = result.buffers
+            i = 0
+            for chunk in chunks:
+                mv, pos, n = memoryview(chunk), 0, len(chunk)
+                while pos < n:
+                    size = sizes[i]
+                    buffers.append(bytes(mv[pos:pos + size]))
+                    pos += size
+                    i += 1
+            result.queue_offsets = offsets[:count]
+        return result
 
     def _batch_limits(self, max_msgs) -> tuple:
         """(near, count and bytes limits in memory, in disk): a record at or past `near` counts
@@ -268,3 +275,68 @@ class StoreReader:
             return self.commitlog.pickup_store_timestamp(phys, len(rec)) if rec else -1
         return self.get_message_store_timestamp(
             topic, queue_id, self.get_min_offset_in_queue(topic, queue_id))
+
+
+def first_damaged(chunks, runs, phys, sizes, offsets, cq, check_crc):
+    """The first damaged record of a pull's `chunks` (the copies of `runs`, records of `phys`,
+    `sizes` and queue `offsets` in order) as (its number, its chunk, where it starts in that
+    chunk, the reason); None when all pass."""
+    topic = cq.topic.encode("utf-8")
+    a = 0
+    for chunk_i, (chunk, (_, _, n)) in enumerate(zip(chunks, runs)):
+        b = a + n
+        sizes_ab = list(sizes[a:b])
+        found = check_run(chunk, sizes_ab, phys[a:b], topic, cq.queue_id, offsets[a:b], check_crc)
+        if found is not None:
+            j, why = found
+            return a + j, chunk_i, sum(sizes_ab[:j]), why
+        a = b
+    return None
+
+
+def _without_lost(chunks, runs, sizes, offsets):
+    """The chunks, sizes and queue offsets of the runs `copy_runs(places=True)` could copy."""
+    kept, kept_sizes, kept_offsets = [], [], []
+    a = 0
+    for chunk, (_, _, n) in zip(chunks, runs):
+        if chunk is not None:
+            kept.append(chunk)
+            kept_sizes += sizes[a:a + n]
+            kept_offsets += offsets[a:a + n]
+        a += n
+    return kept, kept_sizes, kept_offsets
+
+
+def copy_runs(queue, runs, views: bool = False, places: bool = False) -> tuple[list, int]:
+    """Copy each (start, stop, records) run out of the segments, holding each segment once
+    (and looking at its read position when it is taken); return the copies and how many
+    records could not be read (with `places`, a run that could not be read has None in the
+    copies). With `views`, memoryviews of the mapping instead of copies (a segment unmapped
+    meanwhile stays mapped until they are released: core.files.fileops.Mapping.close)."""
+    chunks, lost = [], 0
+    mf = buf = None
+    base = end = 0
+    try:
+        for start, stop, n in runs:
+            if mf is None or not base <= start < end:
+                if mf is not None:
+                    mf.release()
+                mf = queue.find_mapped_file_by_offset(start)
+                buf = queue.hold(mf) if mf is not None else None
+                if buf is None:
+                    mf = None
+                    lost += n
+                    if places:
+                        chunks.append(None)
+                    continue
+                base, end = mf.file_from_offset, mf.file_from_offset + mf.read_position
+            if stop > end:
+                lost += n
+                if places:
+                    chunks.append(None)
+                continue
+            chunks.append(memoryview(buf)[start - base:stop - base] if views else buf[start - base:stop - base])
+    finally:
+        if mf is not None:
+            mf.release()
+    return chunks, lost

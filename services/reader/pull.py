@@ -1,10 +1,8 @@
 """Pulls in the reader process: `BatchStoreReader` is `core.read.store_reader.StoreReader` (the same
-statuses, tag filter and RocketMQ batch limits, over the read-only views) with a collect step
-that does not copy records one by one. It walks the consume-queue entries once, applying
-the tag filter and RocketMQ's batch limits (count and bytes, in memory and on disk), and notes
-runs of chosen records that lie back to back in the CommitLog (a queue's records usually do);
-each run is then copied out of the mapping with one slice. A pull of 100 messages thus costs a
-handful of copies, and the "raw" format sends those copies as they are.
+statuses, tag filter and RocketMQ batch limits, over the read-only views, through the same
+walk of the consume queue) whose answers keep the walk's runs of back-to-back records as they
+were copied (one slice each) instead of splitting them record by record: a pull of 100
+messages thus costs a handful of copies, and the "raw" format sends those copies as they are.
 
 The common pull (no tag filter, records in memory, back to back, readable, within the byte
 limit) takes a fast path with no loop over messages in Python: it reads only the entries the
@@ -32,10 +30,9 @@ from operator import add, ne
 import numpy as np
 
 from core.record.codec import read_i32
-from core.log.consume_queue import BLANK_SIZE, ENTRY, ENTRY_DTYPE, UNIT_SIZE
+from core.log.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.record.decode import decode_message
-from core.read.check import check_run
-from core.read.store_reader import MAX_PULL_MSG_SIZE, StoreReader, out_of_range
+from core.read.store_reader import MAX_PULL_MSG_SIZE, StoreReader, copy_runs, first_damaged, out_of_range
 from core.status import GetMessageResult, GetMessageStatus
 from core.read.subscription import subscription_codes
 
@@ -182,79 +179,19 @@ class BatchStoreReader(StoreReader):
         if plan is None:
             return None
         runs, k, pulls = plan
-        chunks, lost = _copy_runs(commitlog.queue, runs, views)
+        chunks, lost = copy_runs(commitlog.queue, runs, views)
         if lost:
             return None
         entries = _entries_struct(k).unpack_from(raw)
-        if _first_damaged(chunks, runs, entries[0::3], entries[1::3], range(offset, offset + k), cq,
+        if first_damaged(chunks, runs, entries[0::3], entries[1::3], range(offset, offset + k), cq,
                           self.check_crc) is not None:
             return None                              # the general walk says which and why
         return PullBatch(S.FOUND, offset + k, lo, hi, chunks=chunks, count=k), pulls
 
-    def _collect(self, raw, offset, max_msgs, tag_filter, lo, hi, cq) -> PullBatch:
-        codes = subscription_codes(tag_filter)
-        commitlog = self.commitlog
-        end = commitlog.get_max_offset()
-        min_phy = commitlog.get_min_offset()
-        seg = commitlog.file_size
-        near, mem_count, mem_bytes, disk_count, disk_bytes = self._batch_limits(max_msgs)
-        runs = []
-        chosen_phys, chosen_sizes, chosen_offsets = [], [], []
-        run_start = run_stop = -1
-        run_n = count = total = scanned = 0
-        removing = False
-        for phys, size, tags in ENTRY.iter_unpack(raw):
-            if count:                                # the batch limits, inlined
-                if phys >= near:
-                    if count >= mem_count or total + size > mem_bytes:
-                        break
-                elif count >= disk_count or total + size > disk_bytes:
-                    break
-            scanned += 1
-            if size == BLANK_SIZE or (codes is not None and tags not in codes):
-                continue
-            if phys >= min_phy and size > 0 and phys + size > end:
-                scanned -= 1                         # not readable here yet: the next pull
-                break                                # starts at it (never skip a live record)
-            if size <= 0 or phys < min_phy or phys % seg + size > seg:
-                removing = True                      # not readable any more
-                continue
-            if phys == run_stop:
-                run_stop += size
-                run_n += 1
-            else:
-                if run_n:
-                    runs.append((run_start, run_stop, run_n))
-                run_start, run_stop, run_n = phys, phys + size, 1
-            count += 1
-            total += size
-            chosen_phys.append(phys)
-            chosen_sizes.append(size)
-            chosen_offsets.append(offset + scanned - 1)
-        if run_n:
-            runs.append((run_start, run_stop, run_n))
-        chunks, lost = _copy_runs(commitlog.queue, runs)
-        if lost:                                     # removed by retention meanwhile
-            count -= lost
-            removing = True
-        elif count:
-            damaged = _first_damaged(chunks, runs, chosen_phys, chosen_sizes, chosen_offsets, cq,
-                                     self.check_crc)
-            if damaged is not None:
-                return self._cut_before(damaged, chunks, chosen_phys, chosen_offsets, cq, lo, hi)
-        status = S.FOUND if count else (S.MESSAGE_WAS_REMOVING if removing else S.NO_MATCHED_MESSAGE)
-        return PullBatch(status, offset + scanned, lo, hi, chunks=chunks, count=count)
-
-    def _cut_before(self, damaged, chunks, phys, offsets, cq, lo, hi) -> PullBatch:
-        """The answer of a pull whose record number `i` (of those chosen) is damaged: the
-        records before it, FOUND, the next pull starting at it; or, when it is the first,
-        MESSAGE_DAMAGED with the reason, the next pull starting after it."""
-        i, chunk_i, cut, why = damaged
-        if i:
-            kept = chunks[:chunk_i] + ([chunks[chunk_i][:cut]] if cut else [])
-            return PullBatch(S.FOUND, offsets[i], lo, hi, chunks=kept, count=i)
-        reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
-        return PullBatch(S.MESSAGE_DAMAGED, offsets[0] + 1, lo, hi, reason=reason)
+    def answer(self, status, next_offset, lo, hi, chunks, count, sizes, offsets, reason=""):
+        """The general walk's answer (core.read.store_reader.StoreReader._collect) as a
+        PullBatch of its runs, not copied again record by record."""
+        return PullBatch(status, next_offset, lo, hi, reason=reason, chunks=chunks, count=count)
 
 
 def _plan_tuples(raw, k, per, held, end, low, seg, limit):
@@ -311,50 +248,3 @@ def _plan_arrays(raw, k, per, held, end, low, seg, limit):
     if (starts % seg + stops - starts > seg).any():
         return None                                  # a record across a segment end
     return list(zip(starts.tolist(), stops.tolist(), np.diff(bounds).tolist())), k, pulls
-
-
-def _first_damaged(chunks, runs, phys, sizes, offsets, cq, check_crc):
-    """The first damaged record of a pull's `chunks` (the copies of `runs`, records of `phys`,
-    `sizes` and queue `offsets` in order) as (its number, its chunk, where it starts in that
-    chunk, the reason); None when all pass."""
-    topic = cq.topic.encode("utf-8")
-    a = 0
-    for chunk_i, (chunk, (_, _, n)) in enumerate(zip(chunks, runs)):
-        b = a + n
-        sizes_ab = list(sizes[a:b])
-        found = check_run(chunk, sizes_ab, phys[a:b], topic, cq.queue_id, offsets[a:b], check_crc)
-        if found is not None:
-            j, why = found
-            return a + j, chunk_i, sum(sizes_ab[:j]), why
-        a = b
-    return None
-
-
-def _copy_runs(queue, runs, views: bool = False) -> tuple[list, int]:
-    """Copy each (start, stop, records) run out of the segments, holding each segment once;
-    return the copies and how many records could not be read. With `views`, memoryviews of
-    the mapping instead of copies (a segment unmapped meanwhile stays mapped until they are
-    released: core.files.fileops.Mapping.close)."""
-    chunks, lost = [], 0
-    mf = buf = None
-    base = end = 0
-    try:
-        for start, stop, n in runs:
-            if mf is None or not base <= start < end:
-                if mf is not None:
-                    mf.release()
-                mf = queue.find_mapped_file_by_offset(start)
-                buf = queue.hold(mf) if mf is not None else None
-                if buf is None:
-                    mf = None
-                    lost += n
-                    continue
-                base, end = mf.file_from_offset, mf.file_from_offset + mf.read_position
-            if stop > end:
-                lost += n
-                continue
-            chunks.append(memoryview(buf)[start - base:stop - base] if views else buf[start - base:stop - base])
-    finally:
-        if mf is not None:
-            mf.release()
-    return chunks, lost

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from core import embedded_services
+from core import jobs
 from core.record.crc_property import CRC32_RESERVED_LEN
 from core.record.codec import MAGIC_BLANK
 from core.config import ConfigError
@@ -160,8 +160,8 @@ def test_max_offset(store):
 def test_a_put_wakes_an_idle_reput(store, monkeypatch, wait_until):
     """Once idle the reput thread sleeps IDLE_INTERVAL_MS between looks, but the next put
     wakes it: here the interval is 30 s, and the message is still in its queue at once."""
-    monkeypatch.setattr(embedded_services, "IDLE_AFTER_S", 0.05)
-    monkeypatch.setattr(embedded_services, "IDLE_INTERVAL_MS", 30_000)
+    monkeypatch.setattr(jobs, "IDLE_AFTER_S", 0.05)
+    monkeypatch.setattr(jobs, "IDLE_INTERVAL_MS", 30_000)
     assert store.put_message(Message("T", b"x")).ok
     assert store.wait_for_dispatch()
     assert wait_until(lambda: store.reput_service.idle)      # idle now, in a 30 s wait

@@ -1,5 +1,5 @@
 """`core.read.store_reader`: pulls copy records out of the CommitLog segment by segment (across segment
-ends, looking again at a segment's read position when a record lies past it), `.messages`
+ends, looking at a segment's read position each time it is taken), `.messages`
 are lazily decoded MessageExt equal to a full decode of `.buffers`, and a lookup by offset
 never returns a record whose topic is not UTF-8."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from core.log.commitlog import CommitLog
 from core.config import StoreConfig
 from core.files.fileops import REAL_FILE_OPS
 from core.record.message import Message
-from core.read.store_reader import _SegmentReader
+from core.read.store_reader import copy_runs
 from core.status import GetMessageStatus
 from ipc.received import split_records
 
@@ -49,17 +49,17 @@ def test_a_record_past_the_held_read_position_is_read_after_looking_again(tmp_pa
     log.queue.load()
     first = log.append(log.prepare(Message("T", b"first")))
     refs = log.queue.files[0].refs                       # the appender's own hold
-    reader = _SegmentReader(log.queue)
-    try:
-        assert reader.seek(first.wrote_offset, first.wrote_bytes) == 0
-        assert reader.readable == first.wrote_bytes
-        second = log.append(log.prepare(Message("T", b"second")))
-        assert reader.seek(second.wrote_offset, second.wrote_bytes) == first.wrote_bytes
-        assert reader.readable == first.wrote_bytes + second.wrote_bytes
-        assert reader.seek(second.next_offset, 100) == -1      # nothing written there yet
-    finally:
-        reader.close()
-    assert reader.mf is None and log.queue.files[0].refs == refs
+    run = (first.wrote_offset, first.next_offset, 1)
+    chunks, lost = copy_runs(log.queue, [run])
+    assert (len(chunks), lost) == (1, 0) and len(chunks[0]) == first.wrote_bytes
+    second = log.append(log.prepare(Message("T", b"second")))
+    both = (first.wrote_offset, second.next_offset, 2)
+    chunks, lost = copy_runs(log.queue, [both])
+    assert lost == 0 and len(chunks[0]) == first.wrote_bytes + second.wrote_bytes
+    past = (second.next_offset, second.next_offset + 100, 1)   # nothing written there yet
+    chunks, lost = copy_runs(log.queue, [run, past], places=True)
+    assert lost == 1 and chunks[1] is None
+    assert log.queue.files[0].refs == refs
 
 
 def corrupt_topic(store, res) -> None:
