@@ -40,7 +40,7 @@ from core.record.layout import DTYPES
 from core.record.codec import (
     TOTAL_SIZE_SLACK, PreparedRecord, is_body, prepare_batch, prepare_record, uniq_key_at, write_header,
 )
-from core.record.crc import crc32, crc32_for_size
+from core.record.body_crc import crc32_many
 from core.record.key_block import KeyBlock, block_problem, key_list
 from core.record.crc_property import CRC32_RESERVED_LEN, RESERVE, seal_grid, seal_run
 from core.record.message import PROPERTY_UNIQ_KEY, SYSFLAG_TRANSACTION_MASK, Message, has_delay_level
@@ -338,7 +338,7 @@ def prepare_columns(msg, bodies: list, max_message_size: int, store_host_bytes: 
                     pass
             _SHAPES[key] = batch._shape
         return batch
-    crcs = np.fromiter(map(crc32_for_size(sizes[0]), bodies), np.uint32, n) & 0x7FFFFFFF
+    crcs = crc32_many(bodies) & 0x7FFFFFFF
     return PreparedBatch(shape, crcs, born, joined, bodies, b"".join(bodies) if block is None else block)
 
 
@@ -389,7 +389,7 @@ def _columns(msg, bodies: list, max_message_size: int, store_host_bytes: bytes |
     if uniform and block is None:
         block = b"".join(bodies)
     shape = _Shape(first, tuple(s + fixed for s in sizes), _header_rows(first, n, sizes), tails, key_at)
-    return PreparedBatch(shape, np.fromiter(map(crc32, bodies), np.uint32, n) & 0x7FFFFFFF,
+    return PreparedBatch(shape, crc32_many(bodies) & 0x7FFFFFFF,
                          first.born_timestamp, joined.encode("ascii") if keyed and key_len else None,
                          bodies, block if uniform else None)
 

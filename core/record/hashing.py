@@ -12,6 +12,8 @@ from operator import mul
 
 import numpy as np
 
+from core.record.accel import native
+
 _INT_MIN = -(1 << 31)
 _MASK = 0xFFFFFFFF
 
@@ -70,6 +72,8 @@ def index_key_hashes(keys, prefix: str = "") -> np.ndarray:
         if 0 < keys.shape[1] <= len(_POWERS):
             return _hash_rows(keys, prefix)
         keys = [row.tobytes().decode("ascii") for row in keys]
+    if native is not None:
+        return np.frombuffer(native.index_key_hashes(keys, prefix), np.int64)
     n = len(keys)
     if n >= _NUMPY_MIN_KEYS:
         width = len(keys[0])
