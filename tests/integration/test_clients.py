@@ -416,6 +416,8 @@ def test_a_send_to_a_stopped_store_is_one_attempt_and_one_hello(tmp_path):
     unanswered hello, instead of waiting its whole timeout once more for every retry."""
     s = SupervisedStore(tmp_path, "down", **CONFIG).start()
     try:
+        with Admin(s.address) as admin:          # a known topic: its queue count is cached for
+            admin.create_topic("down", 4)         # 30 s, so the send below is the put alone
         with Producer(s.address, timeout=1.0, retries=4) as p:
             assert p.send("down", b"up").ok
             assert s.stop() == 0
