@@ -197,11 +197,22 @@ def run_service(cls, argv=None) -> int:
                         format=f"%(asctime)s {cls.name}[%(process)d] %(levelname)s %(name)s: %(message)s")
     cb = ControlBlock(read_control_name(config.run_dir))
     try:
-        return cls(config, cb).run()
+        code = cls(config, cb).run()
     except Exception:
         logging.getLogger(cls.name).exception("%s crashed", cls.name)
         cb.slot_set(cls.name, Slot.STATE, int(ServiceState.FAILED))
-        return 1
+        code = 1
     finally:
         cb.close()
-        sys.stdout.flush()
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """End the service process with `code` without the interpreter's teardown, which does
+    nothing a service needs (its sockets do not linger, the control block is closed, the logs
+    are flushed here, mapped writes are the kernel's) and cost 30-40 ms a process: a store's
+    stop waited for it eight times in a row."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -49,15 +49,26 @@ class SupervisorError(RuntimeError):
         self.exit_code = exit_code
 
 
-def command_modules() -> list:
-    """The command modules of the registry (`supervisor/cmd_*.py`), by name."""
+def command_modules(only: str | None = None) -> list:
+    """The command modules of the registry (`supervisor/cmd_*.py`), by name; with `only` the
+    name of one of them (the command a command line asks for), that one alone: a command pays
+    for its own imports, not for every other command's."""
     import supervisor
     names = sorted(m.name for m in pkgutil.iter_modules(supervisor.__path__)
                    if m.name.startswith(COMMAND_PREFIX))
+    if only is not None and COMMAND_PREFIX + only in names:
+        names = [COMMAND_PREFIX + only]
     return [importlib.import_module(f"supervisor.{name}") for name in names]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _asked_command(argv) -> str | None:
+    """The command word of `argv` when it comes first (`mqstore start ...`); None otherwise
+    (no command, `--help`, an option first): then every command is loaded, for the usage."""
+    argv = sys.argv[1:] if argv is None else argv
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mqstore", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="mqstore: Apache RocketMQ's message store in Python. Every command works on "
@@ -66,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=MAIN_EXIT_CODES_HELP)
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     sub.required = True
-    for module in command_modules():
+    for module in command_modules(only):
         module.add_parser(sub).set_defaults(run=module.run)
     parser.commands = sub.choices          # name -> its parser, for errors in its own usage
     return parser
@@ -122,7 +133,7 @@ def configured(toml_path, key: str) -> bool:
 
 def main(argv=None) -> int:
     try:
-        parser = build_parser()           # imports every command module: numpy, zmq, psutil
+        parser = build_parser(_asked_command(argv))      # imports the command's module
     except KeyboardInterrupt:             # Ctrl-C while a slow first import still runs
         print("mqstore: interrupted", file=sys.stderr)
         return 130

@@ -50,7 +50,7 @@ def test_an_empty_file_is_not_a_body(tmp_path, capsys):
 def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
     import supervisor.cli as cli
 
-    def interrupted():
+    def interrupted(only=None):
         raise KeyboardInterrupt                  # as SIGINT lands in a slow first import
     monkeypatch.setattr(cli, "command_modules", interrupted)
     assert main(["status"]) == 130
