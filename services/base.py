@@ -9,6 +9,7 @@ block named in `run/control`, logs to `logs/<service>.log`, and runs the loop.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
@@ -185,11 +186,31 @@ class ServiceLoop:
             pass
 
 
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):         # not Linux: the supervisor's kill_leftovers finds them
+    _prctl = None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when the supervisor that started it dies (Linux),
+    so that services never outlive a killed supervisor and write beside the next one; if it
+    died already (before this ran), die now."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def run_service(cls, argv=None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m services.{cls.name}",
                                      description=f"mqstore {cls.name} service (started by the supervisor)")
     parser.add_argument("--store", required=True, help="store root directory")
+    parser.add_argument("--parent-pid", type=int, help="the supervisor's pid: die with it")
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        die_with_parent(args.parent_pid)
     keep_freed_heap()
     config = load_run_config(os.path.abspath(args.store))
     os.makedirs(config.logs_dir, exist_ok=True)
