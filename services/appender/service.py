@@ -3,7 +3,7 @@
 `topic_info`).
 
 It appends through `core.log.commitlog.CommitLog`, whose allocator callable
-(services/append_allocate) asks the allocator process for each new segment and waits 5 s
+(services/appender/allocate) asks the allocator process for each new segment and waits 5 s
 (then CREATE_MAPPED_FILE_FAILED).
 Group commit: each `run_once` takes every waiting request (up to MAX_GROUP), appends them,
 publishes WROTE (and COMMITTED without the pool, CONFIRM under ASYNC_FLUSH without the pool),
@@ -19,19 +19,19 @@ once when FLUSH_FAILED is set.
 With the transient pool it writes into the shared-memory buffer lent to the segment and pushes
 `commit` wakeups every `commit_commitlog_least_pages` pages.
 
-Startup (services/append_startup): segments positioned from WROTE, everything past WROTE
+Startup (services/appender/startup): segments positioned from WROTE, everything past WROTE
 zeroed durably, [DISPATCHED, WROTE) re-validated, the topic-queue table rebuilt from the
 consume queues (read-only) and those records, the pool buffer of the current segment
 re-attached; the endpoint is bound only then.
 
-A SYNC_MASTER answers a waiting put once a slave acknowledged it (services/append_replica),
+A SYNC_MASTER answers a waiting put once a slave acknowledged it (services/appender/replica),
 after the flush under SYNC_FLUSH; while slaves are connected each round that wrote pushes a
 `wrote` wakeup to the ha process. On a slave (SLAVE at start) it opens no segment and refuses
 every put; a role change restarts it (supervisor/replication.py). `create_topic` and
-`topic_info` are services/append_topics.
+`topic_info` are services/appender/topics.
 
 Put replies to a client that asks for it (`"coalesce": true`) are held to the end of the round
-and sent together (services/append_outbox).
+and sent together (services/appender/outbox).
 
 Every second it emits a `stats` event: `puts` and `bytes` ({topic: n}) stored since the last
 event, and `latency` ({status: {bucket_ms: count}}) of the put requests answered since then

@@ -3,7 +3,7 @@
 CommitLog writer of a slave.
 
 At start it positions the segments at WROTE and zeroes, durably, everything past it (the part
-of a record a previous process had received: services/append_startup, as a restarted appender
+of a record a previous process had received: services/appender/startup, as a restarted appender
 does), then hand-shakes: its store id, its epoch history (config/epochs.json) and WROTE.
 - OK with `start`: it adopts the master's history (`EpochFile.adopt`, as far as its log
   reaches), sets HA_EPOCH and follows: each `data` chunk is written at the log's end through

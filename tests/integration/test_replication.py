@@ -90,7 +90,7 @@ def test_async_master_answers_put_ok_with_or_without_a_slave(tmp_path, stores):
 
 def test_an_empty_slave_catches_up_a_master_of_many_segments_and_serves_every_queue(tmp_path, stores):
     # 1 KiB chunks: records split across chunks, and far more chunks than the window of
-    # unacknowledged ones (services/ha_master.WINDOW_CHUNKS)
+    # unacknowledged ones (services/ha/master.WINDOW_CHUNKS)
     m = master(tmp_path, role="ASYNC_MASTER", ha_transfer_batch_size=1000)
     stores.append(m)
     client = RawClient(endpoint(m, "appender"))

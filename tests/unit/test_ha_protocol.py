@@ -50,7 +50,7 @@ def test_garbage_is_a_protocol_error_and_nothing_else(frame0, extra, op):
         wire.parse_from_master([raw, *extra])
     except ProtocolError:
         pass
-    handlers = Handlers()                       # the master's side: what services/ha_master does
+    handlers = Handlers()                       # the master's side: what services/ha/master does
     handlers.op("handshake")(lambda env, frames, peer: wire.parse_handshake(env) and [b""])
     handlers.op("ack")(lambda env, frames, peer: wire.parse_ack(env) and None)
     handlers.handle([raw, *extra])              # never raises
