@@ -107,7 +107,7 @@ def _one_round(root: str, tag: str, quick: bool) -> list[tuple[str, float, float
         for store in stores.values():
             assert store.wait_for_dispatch()
         store = stores[True]
-        names = [name for name in ("check_run", "check_records") if hasattr(read_path, name)]
+        names = [name for name in ("check_run",) if hasattr(read_path, name)]
         real = {name: getattr(read_path, name) for name in names}
         rate = {True: 0.0, False: 0.0}
         try:

@@ -108,17 +108,6 @@ def check_run(chunk, sizes, phys, topic: bytes, queue_id: int, queue_offsets, ch
     return None
 
 
-def check_records(buffers: list, sizes, phys, topic: bytes, queue_id: int, queue_offsets,
-                  check_crc=True):
-    """`check_run` of `b"".join(buffers)` (a pull's copies, one record a buffer): with the
-    accelerator the buffers are checked where they are, not joined first, unless one is
-    damaged (then `check_run` says which and why)."""
-    if native is not None and _first_bad(buffers, 0, sizes, phys, topic, queue_id, queue_offsets,
-                                         check_crc) < 0:
-        return None
-    return check_run(b"".join(buffers), sizes, phys, topic, queue_id, queue_offsets, check_crc)
-
-
 def _first_bad(buf, pos: int, sizes, phys, topic, queue_id, queue_offsets, check_crc) -> int:
     """`_accel.first_bad`: the number of the first record `record_problem` would refuse, -1 when
     none; 0 (ask the reference for all) where the arguments do not fit C's integers."""

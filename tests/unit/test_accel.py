@@ -261,25 +261,6 @@ def test_a_runs_record_crcs_are_judged_as_the_reference_does(n, sealed, flips, l
 
 
 @settings(max_examples=300, deadline=None)
-@given(chunks(), MODES, st.integers(-1, 12), st.data())
-def test_records_checked_in_their_own_buffers_as_when_joined(case, mode, odd, data):
-    """check.check_records(buffers) is check_run(b"".join(buffers)), also when a buffer is not
-    the size its entry says (one longer or shorter: `odd`)."""
-    chunk, sizes, phys, offsets = case
-    buffers, pos = [], 0
-    for size in sizes:
-        buffers.append(chunk[pos:pos + size])
-        pos += size
-    if 0 <= odd < len(buffers):
-        buffers[odd] = buffers[odd] + b"\0" if data.draw(st.booleans()) else buffers[odd][:-1]
-    with using(False):
-        want = check.check_run(b"".join(buffers), sizes, phys, b"Topic", 2, offsets, mode)
-        assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
-    with using(True):
-        assert check.check_records(buffers, sizes, phys, b"Topic", 2, offsets, mode) == want
-
-
-@settings(max_examples=300, deadline=None)
 @given(st.integers(0, 3), st.lists(st.tuples(st.integers(0, 19), st.integers(0, 255)), max_size=3),
        st.sampled_from([True, FORCED]), st.booleans(), st.integers(-30, 5), st.booleans())
 def test_one_records_crc_verdict_is_the_references(n, edits, mode, body_ok, cut, sealed):
