@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import struct
 
+from core.record.layout import picked_struct
 from core.record.accel import native
 from core.record.codec import MAGIC_V1, MAGIC_V2, host_lengths
 from core.record.crc import crc32
@@ -33,7 +34,7 @@ from core.record.crc_property import CRC32_RESERVED_LEN, FORCED, LABEL, verify
 log = logging.getLogger(__name__)
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID, QUEUEOFFSET PHYSOFFSET SYSFLAG
-_FIXED = struct.Struct(">iiii4xqqi")
+_FIXED = picked_struct(("total", "magic", "crc", "queue_id", "queue_offset", "phys", "sys_flag"))
 _I32 = struct.Struct(">i")
 _V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 RUN_MIN = 8                    # from this many records of one size on, check them together
