@@ -14,6 +14,7 @@ that asked, until the caller takes it (`take_reason`), right after the refusal.
 from __future__ import annotations
 
 import enum
+from functools import lru_cache
 import threading
 from collections import namedtuple
 from dataclasses import dataclass, field
@@ -82,8 +83,12 @@ class GetMessageStatus(enum.StrEnum):
     MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
 
 
-_STARTS: dict = {}      # id(record_sizes) -> (record_sizes, each record's offset from the first)
-STARTS_KEPT = 256       # batch shapes (core.record.batch_encode keeps 128) and then some
+@lru_cache(maxsize=256)       # batch shapes repeat (core.record.batch_encode keeps 128)
+def _starts(record_sizes: tuple) -> np.ndarray:
+    """Each record's offset from the first, for records of `record_sizes` back to back."""
+    starts = np.zeros(len(record_sizes), np.int64)
+    np.cumsum(record_sizes[:-1], out=starts[1:])
+    return starts
 
 
 class AppendMessageResult(namedtuple("AppendMessageResult", (
@@ -108,15 +113,7 @@ class AppendMessageResult(namedtuple("AppendMessageResult", (
 
     def offsets_bytes(self) -> bytes:
         """Each record's physical offset as a big-endian int64, back to back."""
-        sizes = self.record_sizes or (0,)
-        kept = _STARTS.get(id(sizes))
-        if kept is None or kept[0] is not sizes:
-            starts = np.zeros(len(sizes), np.int64)
-            np.cumsum(sizes[:-1], out=starts[1:])
-            if len(_STARTS) >= STARTS_KEPT:
-                _STARTS.clear()
-            _STARTS[id(sizes)] = kept = (sizes, starts)    # the tuple kept: its id stays its own
-        return (kept[1] + self.wrote_offset).astype(">i8").tobytes()
+        return (_starts(tuple(self.record_sizes) or (0,)) + self.wrote_offset).astype(">i8").tobytes()
 
     @property
     def msg_ids(self) -> list:

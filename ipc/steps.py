@@ -40,9 +40,9 @@ def run(conn, steps):
             return done.value
         value, error = None, None
         try:
-            if step.__class__ is Call:
+            if isinstance(step, Call):
                 value = conn.call(step.service, step.op, timeout=step.timeout, **step.fields)
-            elif step.__class__ is Wait:
+            elif isinstance(step, Wait):
                 value = conn.wait(step.predicate, step.timeout)
             else:
                 value = step.result()
@@ -60,9 +60,9 @@ async def arun(conn, steps):
             return done.value
         value, error = None, None
         try:
-            if step.__class__ is Call:
+            if isinstance(step, Call):
                 value = await conn.call(step.service, step.op, timeout=step.timeout, **step.fields)
-            elif step.__class__ is Wait:
+            elif isinstance(step, Wait):
                 value = await conn.wait(step.predicate, step.timeout)
             else:
                 value = await step
