@@ -59,6 +59,7 @@ KINDS = {  # kind: what it means, in report order
     "index_file": "index files of the wrong size or misnamed (the store refuses to load them)",
     "index_missing": "record keys the index does not find",
     "index_past_end": "index entries pointing past the end of the log",
+    "index_header": "index file headers that disagree with their entries, slots or records",
     "checkpoint_missing": "no checkpoint file",
     "checkpoint_torn": "a checkpoint of the wrong size or whose CRC does not match",
     "checkpoint_ahead": "checkpoint offsets past the end of the log",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from array import array
 
 import numpy as np
@@ -29,7 +28,8 @@ from core.record.codec import DispatchRequest, RecordCheck, check_record
 from core.log.quarantine import damage_reason_in, resync_in
 from core.log.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.files.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
-from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, index_file_size
+from core.fsck_index import HEADER, header_problems
+from core.log.index_file import HEADER_SIZE, SLOT_SIZE, index_file_size
 from core.log.index_service import IndexService, build_key, index_keys
 from core.record.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
 
@@ -114,7 +114,7 @@ class LogScan:
     def __init__(self, cfg, report, prog, keys):
         self.cfg, self.report, self.prog, self.keys = cfg, report, prog, keys
         self.size = cfg.mapped_file_size_commitlog
-        self.cols = {c: array("q") for c in ("phys", "size", "tags", "qoff", "key")}
+        self.cols = {c: array("q") for c in ("phys", "size", "tags", "qoff", "key", "ts")}
         self.key_ids: dict[tuple[str, int], int] = {}
         self.min = self.end = 0
 
@@ -215,7 +215,7 @@ class LogScan:
         if req.sys_flag & SYSFLAG_TRANSACTION_MASK not in SYSFLAG_TRANSACTION_UNQUEUED:
             kid = self.key_ids.setdefault((req.topic, req.queue_id), len(self.key_ids))
         for col, value in zip(self.cols.values(), (at, req.msg_size, req.tags_code,
-                                                   req.consume_queue_offset, kid)):
+                                                   req.consume_queue_offset, kid, req.store_timestamp)):
             col.append(value)
         if self.keys is not None:
             self.keys.verify(req, at, self.report)
@@ -229,6 +229,11 @@ class LogScan:
         self.order = np.argsort(self.key, kind="stable")
         self.sorted_keys = self.key[self.order]
         self.names = {kid: f"{t}-{q}" for (t, q), kid in self.key_ids.items()}
+
+    def store_ts_at(self, phys: int) -> int | None:
+        """The store timestamp of the record at `phys`; None when no record starts there."""
+        i = int(np.searchsorted(self.phys, phys))
+        return int(self.ts[i]) if self.phys[i] == phys else None
 
     def records_of(self, kid: int) -> np.ndarray:
         lo, hi = np.searchsorted(self.sorted_keys, [kid, kid + 1])
@@ -405,18 +410,24 @@ def open_index(cfg, report):
 
 
 def check_index_entries(cfg, path: str, log, report, prog) -> None:
-    """No entry of the file (1..count-1) points at or past the end of the log."""
+    """No entry of the file (1..count-1) points at or past the end of the log, and its header
+    is what its entries, slots and records imply (core.fsck_index)."""
     slots, num = cfg.max_hash_slot_num, cfg.max_index_num
     mapping = REAL_FILE_OPS.map_file(path, index_file_size(slots, num), writable=False)
     try:
-        count = min(max(struct.unpack_from(">i", mapping.buf, 36)[0], 1), num)
-        view = np.frombuffer(mapping.buf, _INDEX_ENTRY, count - 1, HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE)
-        phys = view["phys"].astype(np.int64)
-        del view
+        header = HEADER.unpack_from(mapping.buf, 0)
+        count = min(max(header[5], 1), num)
+        table = np.frombuffer(mapping.buf, _INDEX_ENTRY, num, HEADER_SIZE + slots * SLOT_SIZE)
+        slot_table = np.frombuffer(mapping.buf, ">i4", slots, HEADER_SIZE)
+        phys = table["phys"][1:count].astype(np.int64)
+        wrong = header_problems(header, table, slot_table, log.store_ts_at)
+        del table, slot_table
     finally:
         mapping.close()
     prog.advance(os.path.getsize(path))
     report.stats["index_entries"] += len(phys)
+    if wrong:
+        report.add("index_header", path, 0, "; ".join(wrong))
     past = np.flatnonzero(phys >= log.end)
     if len(past):
         report.add("index_past_end", path, int(past[0]) + 1, f"{len(past)} entries point at or past "

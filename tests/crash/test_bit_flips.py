@@ -1,8 +1,8 @@
 """Issue 33's bit-flip campaign (tests/crash/flip_campaign.py): one bit of a stopped store's
 written bytes flipped at a time. Whatever the flip, no read serves a wrong message, nothing
 crashes, no intact CommitLog record is lost and nothing is lost unreported; every flip in a
-CommitLog record or in the checkpoint is found by `check`. The default suite runs a small
-seeded set; the slow soak runs hundreds and prints the table."""
+CommitLog record, a consume-queue entry, an index header or the checkpoint is found by `check`.
+The default suite runs a small seeded set; the slow soak runs hundreds and prints the table."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import pytest
 
 from flip_campaign import Tally, build_store, pick_flips, run_damage, run_flip, touching
 
-MUST_DETECT = ("commitlog", "checkpoint", "consumequeue")
+MUST_DETECT = ("commitlog", "checkpoint", "consumequeue", "index header")
 
 
 @pytest.fixture(scope="module")
