@@ -4,7 +4,7 @@ index header is found, and `check --fix` rebuilds the index from the CommitLog).
 RocketMQ's header has no checksum, but each of its six fields is implied by the rest of the
 store, as `core.log.index_file` keeps them:
 - the count is one past the last entry: that entry is written (not all zero), and the count
-  lies in [1, capacity];
+  is at most the capacity (a count <= 0, a header never written, reads as 1, as RocketMQ's);
 - begin phys offset = the first entry's, end phys offset = the last entry's;
 - begin timestamp = the store timestamp of the record at the begin phys offset (set by the
   first key put); end timestamp = that of the record at the end phys offset, or, after a
@@ -29,8 +29,9 @@ def header_problems(header: tuple, table, slots, store_ts_at) -> list[str]:
     when no record starts there). [] when the header is what the file's contents imply."""
     begin_ts, end_ts, begin_phy, end_phy, slot_count, count = header
     capacity = len(table)
-    if not 1 <= count <= capacity:
-        return [f"the index count is {count}, outside 1..{capacity}"]
+    if count > capacity:
+        return [f"the index count is {count}, over the file's {capacity}"]
+    count = max(count, 1)                 # RocketMQ reads a count <= 0 (a header never written) as 1
     entries = table[1:count]
     if count == 1:
         out = []
