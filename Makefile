@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-slow run venv clean bench
+.PHONY: test test-slow test-pure run venv clean bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,9 @@ test-slow: $(STAMP)
 
 # The unit and regression tests (the record format and the read checks among them) again with
 # the pure-Python reference instead of the compiled accelerator (core/record/accel.py).
+test-pure: $(STAMP)
+	MQSTORE_PURE_PYTHON=1 $(BIN)/python -m pytest -q -m "not slow" tests/unit tests/regress $(PYTEST_ARGS)
+
 run: $(STAMP)
 	$(BIN)/mqstore start --store ./store-data
 

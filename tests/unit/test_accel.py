@@ -3,7 +3,7 @@ gives the value, the verdict or the bytes of the Python code it stands in for, o
 Hypothesis-drawn input (damaged records, foreign bytes, unaligned buffers, astral keys).
 
 The extension is loaded with `accel.load()` whatever MQSTORE_PURE_PYTHON says, so that the
-pure-Python CI run (`MQSTORE_PURE_PYTHON=1 make test`) holds the two equal too; the reference side is each
+pure-Python CI run (`make test-pure`) holds the two equal too; the reference side is each
 module with its `native` set to None."""
 from __future__ import annotations
 
