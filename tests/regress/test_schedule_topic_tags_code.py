@@ -50,7 +50,7 @@ def test_delay_queue_tag_code_is_the_delivery_time(tiny_config, count):
                 expected.setdefault(m.queue_id, []).append(
                     (r.append_result.wrote_offset, r.append_result.wrote_bytes,
                      r.append_result.store_timestamp + DELAYS[level]))
-        # (A DELAY put to another topic is stored in SCHEDULE_TOPIC_XXXX now: core.delay.put.)
+        # (A DELAY put to another topic is stored in the schedule topic (codec.SCHEDULE_TOPIC) now: core.delay.put.)
         plain = store.put_message(Message("PLAIN", b"p", tags="T", properties={"DELAY": "0"}))
         assert plain.status.ok
         assert store.wait_for_dispatch()
