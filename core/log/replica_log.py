@@ -4,24 +4,20 @@ control-block words).
 
 `apply(offset, data)` writes a chunk through `CommitLog.append_replicated` (into segments the
 allocator made; the blank records at segment ends are the master's own bytes) and then walks
-the records the chunk completed, reading only each record's TOTALSIZE, MAGICCODE, SYSFLAG and
-STORETIMESTAMP: `written` is where the bytes end (what the slave acknowledges), `boundary`
-the end of the last whole record (what the slave publishes as WROTE, so that its flusher,
-reput and reader only ever see whole records, as on a master), `last_store_ts` the store
-timestamp of the last whole record. A chunk may end inside a record: its rest comes with the
+the records the chunk completed (`core.record.frames.walk_frames`: the TOTALSIZE and MAGICCODE
+of each, the SYSFLAG and STORETIMESTAMP of the last): `written` is where the bytes end (what
+the slave acknowledges), `boundary` the end of the last whole record (what the slave publishes
+as WROTE, so that its flusher, reput and reader only ever see whole records, as on a master),
+`last_store_ts` the store timestamp of the last whole record. A chunk may end inside a record: its rest comes with the
 next chunk. A frame that is not a record (a size below the smallest record, a magic code that
 is neither a record's nor a blank's) raises `ReplicaDamaged`: the slave stops following.
 """
 from __future__ import annotations
 
-import struct
-
-from core.record.codec import (
-    BLANK_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, read_i32, read_i64, store_timestamp_position,
-)
+from core.record.codec import BLANK_SIZE, read_i32, read_i64, store_timestamp_position
+from core.record.frames import BAD, BLANK, walk_frames
 
 _SYSFLAG_POS = 36
-_HEAD = struct.Struct(">ii")          # TOTALSIZE, MAGICCODE
 
 
 class ReplicaDamaged(ValueError):
@@ -68,28 +64,21 @@ class ReplicaLog:
                 break
 
     def _walk_segment(self, buf, base: int, pos: int, end: int) -> tuple[int, bool]:
-        """(where the walk stopped, whether it reached the segment's end to go on). One unpack
-        per record (its size and magic code); the store timestamp of the last one only."""
+        """(where the walk stopped, whether it reached the segment's end to go on); the store
+        timestamp of the last whole record only."""
         size = self.file_size
         seg_end = base + size
-        limit = min(end, seg_end)
-        head = _HEAD.unpack_from
-        last = -1
-        while pos + BLANK_SIZE <= limit:
-            at = pos - base
-            total, magic = head(buf, at)
-            if magic == MAGIC_BLANK:
-                if total != seg_end - pos:
-                    raise ReplicaDamaged(f"a blank record at {pos} of {total} bytes does not end its segment")
-                if seg_end <= end:            # the blank's whole length is written too
-                    pos = seg_end
-                break
-            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < MIN_RECORD_SIZE or at + total > size:
-                raise ReplicaDamaged(f"no record at CommitLog offset {pos} (size {total}, magic {magic:#x})")
-            if pos + total > end:
-                break
-            last = at
-            pos += total
+        at, last, why = walk_frames(buf, pos - base, min(end, seg_end) - base, size)
+        pos = base + at
+        if why == BLANK:
+            total = read_i32(buf, at)
+            if total != seg_end - pos:
+                raise ReplicaDamaged(f"a blank record at {pos} of {total} bytes does not end its segment")
+            if seg_end <= end:                # the blank's whole length is written too
+                pos = seg_end
+        elif why == BAD:
+            raise ReplicaDamaged(f"no record at CommitLog offset {pos} (size {read_i32(buf, at)}, "
+                                 f"magic {read_i32(buf, at + 4):#x})")
         if last >= 0:
             self.last_store_ts = read_i64(buf, last + store_timestamp_position(read_i32(buf, last + _SYSFLAG_POS)))
         return pos, pos == seg_end and pos <= end

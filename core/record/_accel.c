@@ -20,6 +20,7 @@
  *   seal_sizes(buf, pos, sizes)       crc_property.seal_run
  *   java_hash(s)                  core.record.hashing.java_hash
  *   index_key_hashes(keys, prefix)    hashing.index_key_hashes of a list of str, int64 bytes
+ *   walk_frames(buf, at, stop, size)  core.record.frames.walk_frames_reference (in _walk.c)
  *
  * The CRC is zlib's, in _crc32.c (carry-less multiply where the CPU has it).
  */
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "_crc32.h"
+#include "_parts.h"
 
 static PyObject *py_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -612,6 +614,8 @@ static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_O, "Java String.hashCode, int32"},
     {"index_key_hashes", py_index_key_hashes, METH_VARARGS,
      "index key hash of prefix + key for each key, as native int64 bytes"},
+    {"walk_frames", (PyCFunction)(void (*)(void))py_walk_frames, METH_FASTCALL,
+     "(stop, last whole record or -1, 0 more / 1 blank / 2 bad) of a segment's frames"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ import zlib
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ import core.record.crc_property as crc_property
 from core.record import accel
 from core.record.codec import encode_message
 from core.record.crc_property import CRC32_RESERVED_LEN, FORCED
+from core.record.frames import walk_frames_reference
 from core.record.hashing import index_key_hashes, java_hash
 from core.record.message import Message
 
@@ -226,6 +228,30 @@ def test_java_hash_known_values():
     assert C.java_hash("polygenelubricants") == -(1 << 31)     # Integer.MIN_VALUE
     assert np.frombuffer(C.index_key_hashes(["polygenelubricants"], ""), np.int64)[0] == 0
     assert C.java_hash("\U0001F600") == 0xD83D * 31 + 0xDE00          # a surrogate pair
+
+
+_FRAME = st.one_of(
+    st.builds(lambda n, v2: (lambda r: to_v2(r) if v2 else r)(encode_message(Message("T", b"x" * n))),
+              st.integers(0, 300), st.booleans()),
+    st.builds(lambda total, magic: struct.pack(">ii", total, magic),                # a header alone
+              st.integers(-5, 2000), st.sampled_from([-626843481, -626843477, -875286124, 0, 7])),
+    st.binary(min_size=1, max_size=40))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_FRAME, max_size=12), st.data())
+def test_walk_frames_equals_the_reference(frames, data):
+    """Records (both magics), blank and bad headers, garbage; any start, stop and segment size."""
+    buf = bytearray(b"".join(frames))
+    at = data.draw(st.integers(0, len(buf)))
+    stop = data.draw(st.integers(at, len(buf)))
+    size = data.draw(st.integers(stop, len(buf) + 500))
+    assert C.walk_frames(buf, at, stop, size) == walk_frames_reference(buf, at, stop, size)
+
+
+def test_walk_frames_refuses_a_span_outside_the_buffer():
+    with pytest.raises(ValueError):
+        C.walk_frames(b"\0" * 16, 0, 17, 32)
 
 
 def test_pure_python_is_chosen_by_the_environment():
