@@ -37,8 +37,9 @@ class StoreProcess:
     """`mqstore start` on a fresh directory; stopped with SIGTERM (a clean stop) and waited for."""
 
     def __init__(self, root: str, flush: str, cache_window: int = 0, config: dict | None = None,
-                 args: tuple = ()):
+                 args: tuple = (), cpus: set | None = None):
         self.root = root
+        self.cpus = cpus                            # run the whole process tree on these CPUs
         self.flush = flush
         self.cache_window = cache_window            # page_cache_window_commitlog, bytes
         self.config = config or {}                  # more TOML keys (string values quoted)
@@ -62,7 +63,9 @@ class StoreProcess:
             self.proc = subprocess.Popen(cmd + ["start", "--store", os.path.join(self.root, "store"),
                                                "--port", "0", "--config", toml, *self.args],
                                          cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=err, text=True)
+                                         stderr=err, text=True,
+                                         preexec_fn=None if self.cpus is None
+                                         else lambda: os.sched_setaffinity(0, self.cpus))
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout] + [lines.put(None)],
                          daemon=True).start()
