@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # `pip install` also builds the record codec's compiled accelerator (setup.py: the C extension
-# core/record/_accel.c and _crc32.c); a change of its source builds it again.
+# core/record/_accel.c and the _*.c beside it); a change of its source builds it again.
 # PySpark finds the `mqstore` data source by listing sys.path (pkgutil.iter_modules), which
 # the editable install's import hook does not show: the checkout itself goes on the path too.
 $(STAMP): pyproject.toml setup.py $(wildcard core/record/_*.c core/record/_*.h) | $(BIN)/python

@@ -2,18 +2,8 @@
  * core.record.frames.walk_frames_reference (its docstring is the definition). */
 #include "_parts.h"
 
-#include <stdint.h>
-
-#define MAGIC_V1 ((int32_t)0xDAA320A7)
-#define MAGIC_V2 ((int32_t)0xDAA320AB)
-#define MAGIC_BLANK ((int32_t)0xCBD43194)
 #define BLANK_SIZE 8
 #define MIN_RECORD_SIZE 91
-
-static int32_t be32(const uint8_t *p)
-{
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
-}
 
 PyObject *py_walk_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
