@@ -1,7 +1,8 @@
 """Issue 33's bit-flip campaign (tests/crash/flip_campaign.py): one bit of a stopped store's
 written bytes flipped at a time. Whatever the flip, no read serves a wrong message, nothing
 crashes, no intact CommitLog record is lost and nothing is lost unreported; every flip in a
-CommitLog record, a consume-queue entry, an index header or the checkpoint is found by `check`.
+CommitLog record, a consume-queue entry, an index header, entry or slot or the checkpoint is
+found by `check`.
 The default suite runs a small seeded set; the slow soak runs hundreds and prints the table."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from flip_campaign import Tally, build_store, pick_flips, run_damage, run_flip, touching
 
-MUST_DETECT = ("commitlog", "checkpoint", "consumequeue", "index header")
+MUST_DETECT = ("commitlog", "checkpoint", "consumequeue", "index header", "index entry", "index slot")
 
 
 @pytest.fixture(scope="module")
