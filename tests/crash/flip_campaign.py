@@ -13,9 +13,11 @@ import os
 import random
 import shutil
 import struct
+import time
 from dataclasses import dataclass, field
 
 from core import Message, MessageStore, StoreConfig, fsck
+from core.log.checkpoint import MIN_TIMESTAMP_MARGIN_MS
 from core.log.consume_queue import UNIT_SIZE
 from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from core.status import GetMessageStatus
@@ -52,12 +54,19 @@ class Intact:
     targets: list = field(default_factory=list)       # (kind, path, lo, hi)
 
 
-def build_store(root: str, count: int = 600) -> Intact:
-    """`count` messages over 2 topics x 2 queues in several segments, stopped cleanly."""
+def build_store(root: str, count: int = 600, spread_at: int | None = None) -> Intact:
+    """`count` messages over 2 topics x 2 queues in several segments, stopped cleanly. With
+    `spread_at`, the messages from that one on are stored more than the checkpoint's 3 s
+    margin after the ones before (as in a store that runs for a while), so that an abnormal
+    recovery starts from the checkpoint's segment, not from the first."""
     st = MessageStore(config(root))
     st.load()
     st.start()
     for i in range(count):
+        if i == spread_at:
+            resume = time.time() + MIN_TIMESTAMP_MARGIN_MS / 1000 + 0.5
+            while time.time() < resume:                     # the clock, not a process
+                time.sleep(0.05)
         r = st.put_message(Message(TOPICS[i % 2], b"body-%05d-" % i + bytes([65 + i % 26]) * (i % 60),
                                    queue_id=i // 2 % QUEUES, tags=TAGS[i % 3], keys=f"k{i} all",
                                    properties={"user": f"v{i}"}, born_timestamp=1_700_000_000_000 + i,
