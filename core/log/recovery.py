@@ -58,7 +58,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
     files = commitlog.queue.files
-    redo = damaged_queues(cq_store, commitlog.get_max_offset()) if files else {}
+    redo = damaged_queues(cq_store, commitlog.get_max_offset(), commitlog) if files else {}
     cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
     if not files:
         cq_store.destroy()
@@ -260,7 +260,7 @@ def index_rebuild_start(files, index_service, checkpoint) -> int:
     if checkpoint.valid and checkpoint.index_msg_timestamp > index_service.last_flushed_index_timestamp:
         checkpoint.index_msg_timestamp = index_service.last_flushed_index_timestamp
         checkpoint.flush()
-    log.warning("recovery: index files from log offset %d on were dropped (they end after the "
+    log.info("recovery: index files from log offset %d on were dropped (they end after the "
                 "checkpoint); their keys are indexed again from the CommitLog", at)
     for i in range(len(files) - 1, -1, -1):
         if files[i].file_from_offset <= at:
