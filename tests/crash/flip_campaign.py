@@ -1,8 +1,9 @@
 """The bit-flip campaign of issue 33: one bit of a stopped store's written bytes flipped, then
 `check`, then the store opened with normal and with abnormal recovery and read back (pulls,
 tag-filtered pulls, key queries, offset lookups) and compared with what the intact store
-served. `build_store` makes the store once; `run_flip` takes one flip and says what happened;
-`Tally` adds outcomes up into the issue's table.
+served, and whether the keys of intact records are still found. `build_store` makes the
+store once; `run_flip` takes one flip and says what happened; `Tally` adds outcomes up into
+the issue's table.
 
 Written bytes: every CommitLog record and blank header, every consume-queue entry, every index
 file's header, used slots and entries, and the checkpoint's fields and CRC (bytes 0..87).
@@ -160,6 +161,7 @@ class Outcome:
     lost: int = 0               # messages a consumer no longer gets (normal or abnormal recovery)
     lost_silently: int = 0      # of those, ones nothing reported
     intact_lost: int = 0        # of those, ones whose record bytes were not the flipped ones
+    keys_lost: int = 0          # keys of intact records (a sample) a query no longer finds
     crashed: str = ""
     notes: list = field(default_factory=list)
 
@@ -238,12 +240,19 @@ def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
             out.lost_silently = max(out.lost_silently, len(lost))
         victims = {intact.by_phys[p] for p in damaged}
         out.intact_lost = max(out.intact_lost, sum(1 for k in lost if k not in victims))
+        keys_lost = 0
         for (topic, key), where in list(intact.keys.items())[::7]:
+            found = set()
             for m in st.query_message(topic, key, 64, LONG_AGO, FAR_AHEAD).messages:
                 entry = intact.by_phys.get(m.commit_log_offset)
                 if entry is None or intact.by_entry[entry] != view(m) or key not in m.keys.split():
                     out.served_wrong += 1
                     out.notes.append(f"query {topic}#{key} served {m.commit_log_offset} wrong")
+                found.add(m.commit_log_offset)
+            if len(where) == 1 and not where <= found | damaged:      # `all` names 300 records
+                keys_lost += 1
+                out.notes.append(f"query {topic}#{key} found nothing")
+        out.keys_lost = max(out.keys_lost, keys_lost)
         for phys, entry in intact.by_phys.items():
             m = st.look_message_by_offset(phys)
             if m is not None and intact.by_entry[entry] != view(m):
@@ -265,6 +274,7 @@ class Tally:
         row["lost"] += bool(o.lost)
         row["lost silently"] += bool(o.lost_silently)
         row["intact records lost"] += o.intact_lost
+        row["keys lost"] += bool(o.keys_lost)
         row["crashes"] += bool(o.crashed)
 
     def total(self) -> dict:
@@ -279,4 +289,4 @@ class Tally:
 
 
 COLUMNS = ("flips", "detected", "served wrong", "lost", "lost silently", "intact records lost",
-           "crashes")
+           "keys lost", "crashes")
