@@ -162,6 +162,7 @@ class Outcome:
     lost_silently: int = 0      # of those, ones nothing reported
     intact_lost: int = 0        # of those, ones whose record bytes were not the flipped ones
     keys_lost: int = 0          # keys of intact records (a sample) a query no longer finds
+    tag_hidden: int = 0         # messages a pull serves that a pull filtered by their tag skips
     crashed: str = ""
     notes: list = field(default_factory=list)
 
@@ -219,7 +220,7 @@ def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
         st.start()
         assert st.wait_for_dispatch()
         reported = bool(st.recovery_report.quarantined) or out.detected
-        served = set()
+        served, tag_served = set(), set()
         for topic in TOPICS:
             for qid in range(QUEUES):
                 msgs, said_damaged = pull_all(st, topic, qid)
@@ -234,12 +235,15 @@ def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
                     if intact.by_entry.get((topic, qid, m.queue_offset)) != view(m) or m.tags != "A":
                         out.served_wrong += 1
                         out.notes.append(f"tag pull served {(topic, qid, m.queue_offset)} wrong")
+                    tag_served.add((topic, qid, m.queue_offset))
         lost = [k for k in intact.by_entry if k not in served]
         out.lost = max(out.lost, len(lost))
         if lost and not reported:
             out.lost_silently = max(out.lost_silently, len(lost))
         victims = {intact.by_phys[p] for p in damaged}
         out.intact_lost = max(out.intact_lost, sum(1 for k in lost if k not in victims))
+        hidden = [k for k, v in intact.by_entry.items() if v[5] == "A" and k in served and k not in tag_served]
+        out.tag_hidden = max(out.tag_hidden, len(hidden))
         keys_lost = 0
         for (topic, key), where in list(intact.keys.items())[::7]:
             found = set()
@@ -275,6 +279,7 @@ class Tally:
         row["lost silently"] += bool(o.lost_silently)
         row["intact records lost"] += o.intact_lost
         row["keys lost"] += bool(o.keys_lost)
+        row["hidden from tag pulls"] += bool(o.tag_hidden)
         row["crashes"] += bool(o.crashed)
 
     def total(self) -> dict:
@@ -289,4 +294,4 @@ class Tally:
 
 
 COLUMNS = ("flips", "detected", "served wrong", "lost", "lost silently", "intact records lost",
-           "keys lost", "crashes")
+           "keys lost", "hidden from tag pulls", "crashes")
