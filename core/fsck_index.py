@@ -105,16 +105,35 @@ def entry_problems(begin_ts: int, table, slots, count: int, log) -> list[str]:
     key hashes `khash[kstart[j]:kstart[j + 1]]`; `min`, `end`; `missing`, the records a key
     of which the index does not find). A damaged entry is reported once: one whose hash is
     wrong hides its record's key (`index_missing`), and its chain is judged by the hash of the
-    record's key nearest to the stored one (the one a flip came from)."""
-    entries = table[1:count]
+    record's key nearest to the stored one (the one a flip came from). The entries are taken
+    `CHUNK` at a time (a full file of RocketMQ's 20 million would take a gigabyte at once)."""
+    found: dict[str, list] = {}          # what -> [how many, the first entry, its detail]
+    last = np.zeros(len(slots), np.int64)
+    for lo in range(1, count, CHUNK):
+        _check_entries(begin_ts, table[lo:min(count, lo + CHUNK)], lo, last, log, found)
+    out = [f"{n} entries {what}, the first entry {first} ({detail})"
+           for what, (n, first, detail) in found.items()]
+    bad = np.flatnonzero(live_heads(slots, table, count) != last)
+    if len(bad):
+        s = int(bad[0])
+        out.append(f"{len(bad)} hash slots do not hold the last entry of their chain, the first "
+                   f"slot {s} (holds {int(slots[s])}, its last entry is {int(last[s])})")
+    return out
+
+
+CHUNK = 1 << 20
+
+
+def _check_entries(begin_ts: int, entries, number: int, last, log, found: dict) -> None:
+    """`entry_problems` for `entries`, numbered from `number`; `last` holds the last entry of
+    each slot before them and is brought past them."""
     key_hash, phys, diff, prev = (entries[c].astype(np.int64) for c in ("hash", "phys", "diff", "prev"))
-    out: list[str] = []
 
     def note(mask, what, describe) -> None:
         sel = np.flatnonzero(mask)
         if len(sel):
-            out.append(f"{len(sel)} entries {what}, the first entry {int(sel[0]) + 1} "
-                       f"({describe(int(sel[0]))})")
+            row = found.setdefault(what, [0, int(sel[0]) + number, describe(int(sel[0]))])
+            row[0] += len(sel)
 
     checked = (phys >= log.min) & (phys < log.end)
     j = np.searchsorted(log.phys, phys)
@@ -128,15 +147,9 @@ def entry_problems(begin_ts: int, table, slots, count: int, log) -> list[str]:
         np.clip((ts - begin_ts) // 1000, 0, INT32_MAX)
     note(at_record & (diff != expected), "hold a time difference that is not their record's store "
          "time", lambda k: f"{diff[k]} s after the begin timestamp, the record's is {expected[k]} s")
-    expected_prev, last = chains(key_hash, len(slots))
+    expected_prev = chains(key_hash, last, number)
     note(prev != expected_prev, "link to another entry than the one before them in their slot",
          lambda k: f"previous {prev[k]}, expected {expected_prev[k]}")
-    bad = np.flatnonzero(live_heads(slots, table, count) != last)
-    if len(bad):
-        s = int(bad[0])
-        out.append(f"{len(bad)} hash slots do not hold the last entry of their chain, the first "
-                   f"slot {s} (holds {int(slots[s])}, its last entry is {int(last[s])})")
-    return out
 
 
 def _wrong_hashes(key_hash, phys, j, at_record, log) -> np.ndarray:
@@ -160,19 +173,19 @@ def _wrong_hashes(key_hash, phys, j, at_record, log) -> np.ndarray:
     return wrong
 
 
-def chains(key_hash, slot_num: int):
-    """(the previous entry each entry links to, the last entry of each slot) as
-    `IndexFile` builds them from the entries' hashes in order; entries are numbered from 1."""
-    slot = key_hash % slot_num
+def chains(key_hash, last, number: int = 1) -> np.ndarray:
+    """The previous entry each of the entries numbered from `number` (with the hashes
+    `key_hash`) links to as `IndexFile` builds them in order: the one before it in its slot
+    (hash mod the slot count), the slot's last entry before them (`last`) for the first;
+    `last` is brought past them."""
+    slot = key_hash % len(last)
     order = np.argsort(slot, kind="stable")
     in_order = slot[order]
     same = in_order[1:] == in_order[:-1]
-    prev_sorted = np.zeros(len(slot), np.int64)
-    prev_sorted[1:][same] = order[:-1][same] + 1
+    prev_sorted = last[in_order]
+    prev_sorted[1:][same] = order[:-1][same] + number
     expected_prev = np.empty(len(slot), np.int64)
     expected_prev[order] = prev_sorted
-    last = np.zeros(slot_num, np.int64)
     ends = np.flatnonzero(np.append(~same, True)) if len(slot) else np.zeros(0, np.int64)
-    last[in_order[ends]] = order[ends] + 1
-    return expected_prev, last
-
+    last[in_order[ends]] = order[ends] + number
+    return expected_prev

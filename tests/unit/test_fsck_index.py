@@ -145,3 +145,20 @@ def test_a_link_into_another_chain_is_an_index_entry_problem(intact, tmp_path):
     report = fsck.check(cfg.store_path_root_dir)
     assert set(report.counts) == {"index_entry"}, report.format_text()
     assert "link to another entry" in report.problems[0].detail
+
+
+def test_entries_checked_in_chunks_give_the_same_answer(intact, tmp_path, monkeypatch):
+    """The entries are checked CHUNK at a time, the slots' chains carried across chunks."""
+    from core import fsck_index
+    cfg = copy_of(intact, tmp_path)
+    whole = fsck.check(cfg.store_path_root_dir)
+    monkeypatch.setattr(fsck_index, "CHUNK", 37)
+    assert "index_entry" not in kinds(whole) and fsck.check(cfg.store_path_root_dir).ok
+    path = index_path(cfg, 0)
+    flip(path, entry_at(cfg, path, 200) + 15, 2)
+    flip(path, entry_at(cfg, path, 300) + 19, 1)
+    chunked = fsck.check(cfg.store_path_root_dir)
+    monkeypatch.setattr(fsck_index, "CHUNK", 1 << 20)
+    whole = fsck.check(cfg.store_path_root_dir)
+    assert [p.detail for p in chunked.problems] == [p.detail for p in whole.problems]
+    assert "index_entry" in kinds(chunked)
