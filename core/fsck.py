@@ -60,6 +60,7 @@ KINDS = {  # kind: what it means, in report order
     "index_missing": "record keys the index does not find",
     "index_past_end": "index entries pointing past the end of the log",
     "index_header": "index file headers that disagree with their entries, slots or records",
+    "index_entry": "index files whose entries or hash slots disagree with the records they name",
     "checkpoint_missing": "no checkpoint file",
     "checkpoint_torn": "a checkpoint of the wrong size or whose CRC does not match",
     "checkpoint_ahead": "checkpoint offsets past the end of the log",

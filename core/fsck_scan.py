@@ -11,7 +11,8 @@ position, size, tag code, queue offset and queue, and looks its UNIQ_KEY and KEY
 `check_queues` checks every consume-queue entry from the queue's min to max offset against those
 records (its topic and queue, that QUEUEOFFSET, size and tag code, never past the end, no fillers
 inside) and that every non-transactional or committed record is in its queue. `open_index` finds
-the index files a store would load; `check_index_entries` checks no entry points past the end.
+the index files a store would load; `check_index_entries` checks no entry points past the end and holds header, entries and
+slots to the records (`core.fsck_index`: each record's key hashes are kept for that).
 
 The scans add what they find to a `core.fsck.FsckReport` (`add`, `stats`, `notes`, `counts`)
 and report progress through `Progress`; a run of consecutive bad queue offsets is reported once.
@@ -28,8 +29,9 @@ from core.record.codec import DispatchRequest, RecordCheck, check_record
 from core.log.quarantine import damage_reason_in, resync_in
 from core.log.consume_queue import BLANK_SIZE, ENTRY_DTYPE, UNIT_SIZE
 from core.files.fileops import REAL_FILE_OPS, TMP_SUFFIX, FileOps, FileReader
-from core.fsck_index import HEADER, header_problems
+from core.fsck_index import HEADER, entry_problems, header_problems
 from core.log.index_file import HEADER_SIZE, SLOT_SIZE, index_file_size
+from core.record.hashing import index_key_hash
 from core.log.index_service import IndexService, build_key, index_keys
 from core.record.message import SYSFLAG_TRANSACTION_MASK, SYSFLAG_TRANSACTION_ROLLBACK, SYSFLAG_TRANSACTION_UNQUEUED
 
@@ -116,6 +118,7 @@ class LogScan:
         self.size = cfg.mapped_file_size_commitlog
         self.cols = {c: array("q") for c in ("phys", "size", "tags", "qoff", "key", "ts")}
         self.key_ids: dict[tuple[str, int], int] = {}
+        self.khash, self.kstart = array("q"), array("q")   # each record's index key hashes
         self.min = self.end = 0
 
     def run(self) -> "LogScan":
@@ -218,7 +221,8 @@ class LogScan:
                                                    req.consume_queue_offset, kid, req.store_timestamp)):
             col.append(value)
         if self.keys is not None:
-            self.keys.verify(req, at, self.report)
+            self.kstart.append(len(self.khash))
+            self.khash.extend(index_key_hash(k) for k in self.keys.verify(req, at, self.report))
 
     def _finish(self, segments: int) -> None:
         self.report.stats.update(segments=segments, records=len(self.cols["phys"]), log_min=self.min,
@@ -226,6 +230,9 @@ class LogScan:
         for name, col in self.cols.items():          # a sentinel keeps every lookup in range
             col.append(LONG_MAX if name == "phys" else -2)
             setattr(self, name, np.frombuffer(col, np.int64))
+        self.kstart.append(len(self.khash))
+        self.kstart, self.khash = (np.frombuffer(a, np.int64) for a in (self.kstart, self.khash))
+        self.missing = self.keys.missing if self.keys is not None else set()
         self.order = np.argsort(self.key, kind="stable")
         self.sorted_keys = self.key[self.order]
         self.names = {kid: f"{t}-{q}" for (t, q), kid in self.key_ids.items()}
@@ -365,19 +372,25 @@ class _KeyCheck:
 
     def __init__(self, cfg):
         self.cfg, self.checked, self.known = cfg, 0, {}
+        self.missing: set[int] = set()           # records with a key the index does not find
         self.service = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num,
                                     READ_ONLY, LONG_MAX)      # every match, not a client's batch
         self.service.load(True, 0)
 
-    def verify(self, req: DispatchRequest, at: int, report) -> None:
+    def verify(self, req: DispatchRequest, at: int, report) -> list[str]:
+        """Report the keys of the record at `at` the index does not find; return the keys it
+        is indexed under (`index_keys`)."""
         if req.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
-            return                               # the one kind the index leaves out
-        keys = [k[len(req.topic) + 1:] for k in index_keys(req)]
+            return []                            # the one kind the index leaves out
+        full = index_keys(req)
+        keys = [k[len(req.topic) + 1:] for k in full]
         self.checked += len(keys)
         missing = [k for k in keys if not self._found(req.topic, k, at, req.store_timestamp)]
         if missing:
+            self.missing.add(at)
             report.add("index_missing", self.cfg.index_dir, at, f"{req.topic}-{req.queue_id} queue "
                        f"offset {req.consume_queue_offset}: no index entry for {', '.join(missing)}")
+        return full
 
     def _found(self, topic: str, key: str, at: int, ts: int) -> bool:
         # An entry keeps whole seconds after its file's begin time, so a record stored at ts
@@ -410,8 +423,8 @@ def open_index(cfg, report):
 
 
 def check_index_entries(cfg, path: str, log, report, prog) -> None:
-    """No entry of the file (1..count-1) points at or past the end of the log, and its header
-    is what its entries, slots and records imply (core.fsck_index)."""
+    """No entry of the file (1..count-1) points at or past the end of the log, and its header,
+    entries and slots are what the records they name imply (core.fsck_index)."""
     slots, num = cfg.max_hash_slot_num, cfg.max_index_num
     mapping = REAL_FILE_OPS.map_file(path, index_file_size(slots, num), writable=False)
     try:
@@ -421,6 +434,7 @@ def check_index_entries(cfg, path: str, log, report, prog) -> None:
         slot_table = np.frombuffer(mapping.buf, ">i4", slots, HEADER_SIZE)
         phys = table["phys"][1:count].astype(np.int64)
         wrong = header_problems(header, table, slot_table, log.store_ts_at)
+        entries_wrong = entry_problems(header[0], table, slot_table, count, log)
         del table, slot_table
     finally:
         mapping.close()
@@ -428,6 +442,8 @@ def check_index_entries(cfg, path: str, log, report, prog) -> None:
     report.stats["index_entries"] += len(phys)
     if wrong:
         report.add("index_header", path, 0, "; ".join(wrong))
+    if entries_wrong:
+        report.add("index_entry", path, 0, "; ".join(entries_wrong))
     past = np.flatnonzero(phys >= log.end)
     if len(past):
         report.add("index_past_end", path, int(past[0]) + 1, f"{len(past)} entries point at or past "

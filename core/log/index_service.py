@@ -13,7 +13,8 @@ that keys of the newest record that are missing (an interrupted build) are added
 
 `last_flushed_index_timestamp` is the value the store writes into the checkpoint's index
 field: the end timestamp of the newest file that is full and flushed. After an abnormal exit
-`load` destroys every file ending later than it, and recovery re-dispatches from there.
+`load` destroys the first file ending later than it and every file after it, and recovery
+re-dispatches from where that file began (`rebuild_from`).
 """
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ class IndexService:
         self.index_num = index_num
         self.max_msgs_num_batch = max_msgs_num_batch
         self.last_flushed_index_timestamp = 0
+        self.rebuild_from: int | None = None    # where recovery must index the log again from
         self._fileops = fileops
         self._clock_ms = clock_ms
         self._files: list[IndexFile] = []
@@ -91,7 +93,8 @@ class IndexService:
         `*.tmp` leftovers of an interrupted creation are deleted. A name that is not 17 digits
         or a file of the wrong size stops the load with ValueError naming the file. After an
         abnormal exit a file whose end timestamp is later than `checkpoint_index_ts` may be
-        incomplete and is destroyed; recovery re-dispatches its records.
+        incomplete: it is destroyed with the files after it, and recovery re-dispatches their
+        records from `rebuild_from`.
         """
         with self._lock:
             if self._files:
@@ -116,11 +119,28 @@ class IndexService:
                 for f in loaded:
                     f.close()
                 raise
-            for f in loaded:
-                if not last_exit_ok and f.end_timestamp > checkpoint_index_ts:
-                    f.destroy()
-                else:
-                    self._files.append(f)
+            self._files = loaded
+            if not last_exit_ok:
+                self._drop_unflushed(checkpoint_index_ts)
+
+    def _drop_unflushed(self, checkpoint_index_ts: int) -> None:
+        """After an abnormal exit: destroy the first file ending later than the checkpoint's
+        index timestamp and every file after it, and set `rebuild_from` to where the first of
+        them began, so that recovery re-dispatches the log from there. A file whose header a
+        flip made look newer than the checkpoint is then rebuilt from the CommitLog with the
+        files after it; destroying it alone lost its keys (399 in issue 33's campaign), as
+        recovery re-dispatched only from the checkpoint."""
+        for i, f in enumerate(self._files):
+            if f.end_timestamp > checkpoint_index_ts:
+                break
+        else:
+            return
+        self.rebuild_from = max(0, self._files[i].begin_phy_offset)
+        for f in self._files[i:]:
+            f.destroy()
+        del self._files[i:]
+        full = [f for f in self._files if f.is_full]
+        self.last_flushed_index_timestamp = min(checkpoint_index_ts, full[-1].end_timestamp if full else 0)
 
     # ---- build -------------------------------------------------------------------------
 

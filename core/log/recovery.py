@@ -3,8 +3,8 @@
 Normal (no abort file): walk the last three segments record by record, CRC checked, to find
 the end of the log. Abnormal (abort file present): start from the newest segment whose first
 record is not later than the checkpoint's minimum timestamp (and not past the checkpoint's
-dispatched offset), re-dispatch every valid record from there, and stop at the first invalid
-one. Both then cut the CommitLog, the consume queues and the index at the end durably, and
+dispatched offset; and not past where the index files `IndexService.load` dropped began),
+re-dispatch every valid record from there, and stop at the first invalid one. Both then cut the CommitLog, the consume queues and the index at the end durably, and
 rebuild the topic-queue table. A torn checkpoint falls back to a scan from the oldest segment.
 
 Damage is not the end of the log (integrity, beyond RocketMQ): where the scan stops at a record
@@ -58,7 +58,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
     files = commitlog.queue.files
-    redo = damaged_queues(cq_store, commitlog.get_max_offset()) if files else {}
+    redo = damaged_queues(cq_store, commitlog.get_max_offset(), commitlog) if files else {}
     cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
     if not files:
         cq_store.destroy()
@@ -70,7 +70,8 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     if last_exit_ok:
         start_idx = normal_start_index(files, commitlog.queue)
     else:
-        start_idx = abnormal_start_index(files, commitlog.queue, checkpoint, config)
+        start_idx = min(abnormal_start_index(files, commitlog.queue, checkpoint, config),
+                        index_rebuild_start(files, index_service, checkpoint))
     start = files[start_idx].file_from_offset
     limit = files[-1].file_from_offset + file_size
     total = limit - start
@@ -243,6 +244,26 @@ def abnormal_start_index(files, queue, checkpoint, config) -> int:
         finally:
             mf.release()
         if isinstance(req, DispatchRequest) and 0 < req.store_timestamp <= min_ts:
+            return i
+    return 0
+
+
+def index_rebuild_start(files, index_service, checkpoint) -> int:
+    """The newest segment holding where the index files that `IndexService.load` dropped after
+    an abnormal exit began (their keys are dispatched again from there, not only from the
+    checkpoint's timestamp: a file a flip made look newer was full and older than that); the
+    last segment when none were dropped. The checkpoint's index timestamp is brought down to
+    the service's durably first, so that a crash during the rebuild drops its files again."""
+    at = index_service.rebuild_from if index_service is not None else None
+    if at is None:
+        return len(files) - 1
+    if checkpoint.valid and checkpoint.index_msg_timestamp > index_service.last_flushed_index_timestamp:
+        checkpoint.index_msg_timestamp = index_service.last_flushed_index_timestamp
+        checkpoint.flush()
+    log.info("recovery: index files from log offset %d on were dropped (they end after the "
+                "checkpoint); their keys are indexed again from the CommitLog", at)
+    for i in range(len(files) - 1, -1, -1):
+        if files[i].file_from_offset <= at:
             return i
     return 0
 

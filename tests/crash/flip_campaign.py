@@ -1,8 +1,9 @@
 """The bit-flip campaign of issue 33: one bit of a stopped store's written bytes flipped, then
 `check`, then the store opened with normal and with abnormal recovery and read back (pulls,
 tag-filtered pulls, key queries, offset lookups) and compared with what the intact store
-served. `build_store` makes the store once; `run_flip` takes one flip and says what happened;
-`Tally` adds outcomes up into the issue's table.
+served, and whether the keys of intact records are still found. `build_store` makes the
+store once; `run_flip` takes one flip and says what happened; `Tally` adds outcomes up into
+the issue's table.
 
 Written bytes: every CommitLog record and blank header, every consume-queue entry, every index
 file's header, used slots and entries, and the checkpoint's fields and CRC (bytes 0..87).
@@ -13,9 +14,11 @@ import os
 import random
 import shutil
 import struct
+import time
 from dataclasses import dataclass, field
 
 from core import Message, MessageStore, StoreConfig, fsck
+from core.log.checkpoint import MIN_TIMESTAMP_MARGIN_MS
 from core.log.consume_queue import UNIT_SIZE
 from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from core.status import GetMessageStatus
@@ -52,12 +55,19 @@ class Intact:
     targets: list = field(default_factory=list)       # (kind, path, lo, hi)
 
 
-def build_store(root: str, count: int = 600) -> Intact:
-    """`count` messages over 2 topics x 2 queues in several segments, stopped cleanly."""
+def build_store(root: str, count: int = 600, spread_at: int | None = None) -> Intact:
+    """`count` messages over 2 topics x 2 queues in several segments, stopped cleanly. With
+    `spread_at`, the messages from that one on are stored more than the checkpoint's 3 s
+    margin after the ones before (as in a store that runs for a while), so that an abnormal
+    recovery starts from the checkpoint's segment, not from the first."""
     st = MessageStore(config(root))
     st.load()
     st.start()
     for i in range(count):
+        if i == spread_at:
+            resume = time.time() + MIN_TIMESTAMP_MARGIN_MS / 1000 + 0.5
+            while time.time() < resume:                     # the clock, not a process
+                time.sleep(0.05)
         r = st.put_message(Message(TOPICS[i % 2], b"body-%05d-" % i + bytes([65 + i % 26]) * (i % 60),
                                    queue_id=i // 2 % QUEUES, tags=TAGS[i % 3], keys=f"k{i} all",
                                    properties={"user": f"v{i}"}, born_timestamp=1_700_000_000_000 + i,
@@ -151,6 +161,8 @@ class Outcome:
     lost: int = 0               # messages a consumer no longer gets (normal or abnormal recovery)
     lost_silently: int = 0      # of those, ones nothing reported
     intact_lost: int = 0        # of those, ones whose record bytes were not the flipped ones
+    keys_lost: int = 0          # keys of intact records (a sample) a query no longer finds
+    tag_hidden: int = 0         # messages a pull serves that a pull filtered by their tag skips
     crashed: str = ""
     notes: list = field(default_factory=list)
 
@@ -208,7 +220,7 @@ def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
         st.start()
         assert st.wait_for_dispatch()
         reported = bool(st.recovery_report.quarantined) or out.detected
-        served = set()
+        served, tag_served = set(), set()
         for topic in TOPICS:
             for qid in range(QUEUES):
                 msgs, said_damaged = pull_all(st, topic, qid)
@@ -223,18 +235,28 @@ def _read_back(intact: Intact, root: str, damaged: set, out: Outcome) -> None:
                     if intact.by_entry.get((topic, qid, m.queue_offset)) != view(m) or m.tags != "A":
                         out.served_wrong += 1
                         out.notes.append(f"tag pull served {(topic, qid, m.queue_offset)} wrong")
+                    tag_served.add((topic, qid, m.queue_offset))
         lost = [k for k in intact.by_entry if k not in served]
         out.lost = max(out.lost, len(lost))
         if lost and not reported:
             out.lost_silently = max(out.lost_silently, len(lost))
         victims = {intact.by_phys[p] for p in damaged}
         out.intact_lost = max(out.intact_lost, sum(1 for k in lost if k not in victims))
+        hidden = [k for k, v in intact.by_entry.items() if v[5] == "A" and k in served and k not in tag_served]
+        out.tag_hidden = max(out.tag_hidden, len(hidden))
+        keys_lost = 0
         for (topic, key), where in list(intact.keys.items())[::7]:
+            found = set()
             for m in st.query_message(topic, key, 64, LONG_AGO, FAR_AHEAD).messages:
                 entry = intact.by_phys.get(m.commit_log_offset)
                 if entry is None or intact.by_entry[entry] != view(m) or key not in m.keys.split():
                     out.served_wrong += 1
                     out.notes.append(f"query {topic}#{key} served {m.commit_log_offset} wrong")
+                found.add(m.commit_log_offset)
+            if len(where) == 1 and not where <= found | damaged:      # `all` names 300 records
+                keys_lost += 1
+                out.notes.append(f"query {topic}#{key} found nothing")
+        out.keys_lost = max(out.keys_lost, keys_lost)
         for phys, entry in intact.by_phys.items():
             m = st.look_message_by_offset(phys)
             if m is not None and intact.by_entry[entry] != view(m):
@@ -256,6 +278,8 @@ class Tally:
         row["lost"] += bool(o.lost)
         row["lost silently"] += bool(o.lost_silently)
         row["intact records lost"] += o.intact_lost
+        row["keys lost"] += bool(o.keys_lost)
+        row["hidden from tag pulls"] += bool(o.tag_hidden)
         row["crashes"] += bool(o.crashed)
 
     def total(self) -> dict:
@@ -270,4 +294,4 @@ class Tally:
 
 
 COLUMNS = ("flips", "detected", "served wrong", "lost", "lost silently", "intact records lost",
-           "crashes")
+           "keys lost", "hidden from tag pulls", "crashes")
