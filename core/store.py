@@ -292,6 +292,15 @@ class MessageStore:
             return PutMessageResult(recs, None, take_reason())
         return self._append(recs, first)
 
+    def put_encoded(self, run) -> PutMessageResult:
+        """Append records encoded already, of one topic and queue, as one unit: the scheduler's
+        deliveries (core.delay.reput_record.EncodedRun), with the store checks of a put."""
+        if not self.running or self.flags.bits or self._is_slave:
+            status = self._check_store_status()
+            if status is not None:
+                return PutMessageResult(status)
+        return self._append(run, run.first)
+
     def _append(self, recs, first) -> PutMessageResult:
         """Append a prepared batch; under SYNC_FLUSH wait as its first message asks."""
         commitlog = self.commitlog

@@ -34,11 +34,11 @@ import os
 import numpy as np
 
 from core.log.consume_queue import ENTRY_DTYPE as CQ_DTYPE
-from core.record.decode import decode_message
 from core.delay.put import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, level_of
+from core.delay.reput_record import ReputRules, drop_list, property_of, readdress
 from core.files.fileops import REAL_FILE_OPS, FileOps
 from core.record.message import PROPERTY_DELAY
-from core.delay.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, delivery_of, now_ms
+from core.delay.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, now_ms, read_records
 from core.delay.timer_wheel import ENTRY_DTYPE, WINDOW_MS, TimerWindows, window_of
 
 log = logging.getLogger(__name__)
@@ -48,22 +48,19 @@ DELIVER_BATCH = 256
 CHECKPOINT_MS = 100
 
 
-def timer_delivery_of(ext):
-    """The re-put of a timer record: its real topic and queue, timer properties removed."""
-    out = delivery_of(ext)
-    if out is not None:
-        for name, _ in TIMER_PROPERTIES:
-            out.properties.pop(name, None)
-        out.properties.pop(PROPERTY_DELAY, None)
-    return out
+# A timer's delivery leaves out the timer properties a producer set (TIMER_OUT_MS stays, as in
+# RocketMQ) and DELAY.
+TIMER_DROPS = drop_list(*(name for name, _ in TIMER_PROPERTIES), PROPERTY_DELAY)
+_TIMER_OUT = drop_list(PROPERTY_TIMER_OUT_MS)[0]
 
 
 class TimerScheduler:
     """`arrivals()`: the timer topic's consume queue (or view), None while it does not exist;
-    `read`, `put_all`: as core.delay.schedule.DelayScheduler's."""
+    `read`, `put_all`, `rules`: as core.delay.schedule.DelayScheduler's."""
 
     def __init__(self, store_root: str, arrivals, read, put_all,
-                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms):
+                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms, rules: ReputRules = ReputRules()):
+        self.rules = rules
         self.fileops = fileops
         self.wheel = TimerWindows(store_root, fileops)
         self.path = os.path.join(self.wheel.dir, CHECKPOINT_FILE)
@@ -164,8 +161,9 @@ class TimerScheduler:
         out["phys"], out["size"] = cq_entries["phys"], cq_entries["size"]
         delivers = out["deliver"]
         keep = np.ones(len(out), bool)
-        for i, (phys, size) in enumerate(zip(cq_entries["phys"].tolist(), cq_entries["size"].tolist())):
-            deliver = self._deliver_ms(phys, size)
+        places = read_records(self.read, list(zip(cq_entries["phys"].tolist(), cq_entries["size"].tolist())))
+        for i, (buf, pos) in enumerate(places):
+            deliver = self._deliver_ms(buf, pos)
             if deliver is None:
                 keep[i] = False
                 self.skipped += 1
@@ -183,14 +181,10 @@ class TimerScheduler:
         self.enqueued += len(cq_entries)
         return self.enqueued < hi
 
-    def _deliver_ms(self, phys: int, size: int) -> int | None:
-        raw = self.read(phys, size) if size > 0 else None
-        if raw is None:
-            return None
-        try:
-            value = level_of(decode_message(raw).properties.get(PROPERTY_TIMER_OUT_MS))
-        except ValueError:
-            return None
+    @staticmethod
+    def _deliver_ms(buf, pos: int) -> int | None:
+        raw = property_of(buf, pos, _TIMER_OUT) if buf is not None else None
+        value = level_of(raw) if raw is not None else None
         return value if value is not None and value >= 0 else None
 
     def _deliver(self, now: int) -> int:
@@ -251,13 +245,10 @@ class TimerScheduler:
             self.below = self.enqueued
 
     def _put(self, batch: np.ndarray) -> None:
-        items = []
-        for phys, size in zip(batch["phys"].tolist(), batch["size"].tolist()):
-            raw = self.read(phys, size)
-            try:
-                items.append(timer_delivery_of(decode_message(raw)) if raw is not None else None)
-            except ValueError:
-                items.append(None)
+        rules = self.rules
+        items = [readdress(buf, pos, TIMER_DROPS, rules) if buf is not None else None
+                 for buf, pos in read_records(self.read, list(zip(batch["phys"].tolist(),
+                                                                   batch["size"].tolist())))]
         msgs = [m for m in items if m is not None]
         statuses = iter(self.put_all(msgs) if msgs else ())
         acked_at = self.clock()

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from core import Message, MessageStore, StoreConfig
 from core.delay.put import TIMER_TOPIC
+from core.delay.reput_record import EncodedRun
 from core.delay.timer_job import TimerScheduler
 from core.delay.timer_wheel import WINDOW_MS
 
@@ -57,7 +58,7 @@ def test_every_timer_delivered_on_time(offsets, steps):
         def put_all(msgs):
             out = []
             for m in msgs:
-                r = store.put_message(m)
+                r = store.put_encoded(EncodedRun([m]))
                 if r.ok:
                     delivered.append((m.body, clock.t))
                 out.append(r.status)

@@ -1,0 +1,216 @@
+"""The record a delayed message is delivered as, built from its stored record's bytes
+(RocketMQ's messageTimeup, without decoding the message): `readdress` and `EncodedRun`.
+
+A delay record (SCHEDULE_TOPIC_XXXX, or the timer topic) holds its message whole; its delivery
+differs from it only in TOPIC (REAL_TOPIC), QUEUEID (REAL_QID), PROPERTIES (DELAY, for a timer
+also TIMER_DELIVER_MS/TIMER_DELAY_SEC/TIMER_DELAY_MS, and the stored record's own CRC
+property left out; every other property kept as stored, UNIQ_KEY and REAL_TOPIC/REAL_QID too),
+the store host (the store's own) and the fields the append sets. `readdress` therefore copies
+the body and the header fields as they are (the body CRC too: the body is the same bytes) and
+writes a new header, topic and properties: a handful of byte searches per record, no property
+map built and none serialised, no body CRC computed.
+
+`EncodedRun` is a run of such records for one topic and queue, written into a segment as
+`core.record.batch_encode.PreparedBatch` is (the CommitLog's `append_batch`, through
+`MessageStore.put_encoded`): one copy of the run, then QUEUEOFFSET, PHYSICALOFFSET and
+STORETIMESTAMP per record, and the CRC property sealed where the store writes it. The
+records are those `core.record.codec.prepare_record` would make of the decoded delivery
+(same fields and checks: tests/unit/test_delay_reput_record.py holds the two to each other);
+only the order of the properties is the stored one.
+
+Cost and gain (benchmarks/delay.py --quick, a loaded 2-core machine): the delay job's
+deliveries went from 6,665 to see docs/SERVICES.md msg/s; see the commit that brought it.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from core.record.codec import (
+    HEADERS, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK, _topic_head, with_reserve,
+)
+from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, seal_run, strip
+from core.record.layout import (
+    BY_FLAGS, F_BODY_LEN, F_BORN_HOST, F_BORN_TS, F_CRC, F_FLAG, F_MAGIC, F_RECONSUME,
+    F_STORE_HOST, F_SYS_FLAG, I16, I32, MAGIC_V1, MAGIC_V2, POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP,
+    SYSFLAG_POS, store_timestamp_position,
+)
+from core.record.message import PROPERTY_DELAY, PROPERTY_WAIT, SYSFLAG_STOREHOST_V6
+
+_SEP = b"\x02"
+_REAL_TOPIC = b"\x02REAL_TOPIC\x01"
+_REAL_QID = b"\x02REAL_QID\x01"
+_WAIT = b"\x02" + PROPERTY_WAIT.encode() + b"\x01"
+_NO_WAIT = PROPERTY_WAIT.encode() + b"\x01false\x02"
+_HEADS: dict = {}              # REAL_TOPIC bytes -> (topic, TOPICLENGTH TOPIC), legal topics only
+
+
+def drop_list(*names: str) -> tuple:
+    """The property names `readdress` leaves out, as it searches for them."""
+    return tuple(b"\x02" + n.encode() + b"\x01" for n in names)
+
+
+LEVEL_DROPS = drop_list(PROPERTY_DELAY)
+
+
+@dataclass(frozen=True)
+class ReputRules:
+    """What a delivery's record takes from the store it goes to: the store host (None: keep the
+    stored one, for a host whose put path writes its own), whether records carry the CRC
+    property, and the body limit."""
+    store_host: bytes | None = None
+    prop_crc: bool = False
+    max_message_size: int = 4 * 1024 * 1024
+    no_wait: bool = False          # WAIT false written in (RocketMQ's setWaitStoreMsgOK(false))
+
+
+class Delivery:
+    """One delivery's record (position fields zero, CRC reserve unsealed) and what a put needs
+    of it. `body`: the body's bytes (batch_groups measures it)."""
+    __slots__ = ("data", "topic", "queue_id", "sys_flag", "born_host", "body_at", "body_len")
+    wait_store_msg_ok = False              # a re-put never waits for a flush by itself
+
+    def __init__(self, data: bytes, topic: str, queue_id: int, sys_flag: int, born_host: bytes,
+                 body_at: int, body_len: int):
+        self.data, self.topic, self.queue_id, self.sys_flag = data, topic, queue_id, sys_flag
+        self.born_host, self.body_at, self.body_len = born_host, body_at, body_len
+
+    @property
+    def body(self) -> bytes:
+        return self.data[self.body_at:self.body_at + self.body_len]
+
+
+def _real(w: bytes, label: bytes):
+    i = w.rfind(label)                      # the last one, as a property map keeps it
+    if i < 0:
+        return None
+    i += len(label)
+    return w[i:w.index(_SEP, i)]
+
+
+def _topic_of(raw_topic: bytes):
+    hit = _HEADS.get(raw_topic)
+    if hit is None:
+        try:
+            topic = raw_topic.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        head = _topic_head(topic)
+        if not head:
+            return None
+        hit = (topic, head)
+        if len(_HEADS) < 65536:
+            _HEADS[raw_topic] = hit
+    return hit
+
+
+def _parsed(buf, pos: int):
+    """(header tuple, body start, properties as `_SEP` + pairs each ending in `_SEP`, without
+    the CRC property) of the record at `pos`; None when its lengths do not add up."""
+    try:
+        sys_flag = I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
+        header = BY_FLAGS[(sys_flag >> 4) & 3]
+        h = header.unpack_from(buf, pos)
+        body_at = pos + header.size
+        p = body_at + h[F_BODY_LEN]
+        if h[F_MAGIC] == MAGIC_V1:
+            p += 1 + buf[p]
+        elif h[F_MAGIC] == MAGIC_V2:
+            p += 2 + I16.unpack_from(buf, p)[0]
+        else:
+            return None
+        props_len = I16.unpack_from(buf, p)[0]
+        if h[F_BODY_LEN] < 0 or p + 2 + props_len - pos != h[0]:
+            return None
+        props = strip(bytes(buf[p + 2:p + 2 + props_len]))
+    except (struct.error, IndexError):
+        return None
+    return h, body_at, (_SEP + props if props.endswith(_SEP) or not props else _SEP + props + _SEP)
+
+
+def property_of(buf, pos: int, label: bytes) -> bytes | None:
+    """The value of one property (`label`: an item of `drop_list`) of the record at `pos`."""
+    parsed = _parsed(buf, pos)
+    return None if parsed is None else _real(parsed[2], label)
+
+
+def readdress(buf, pos: int, drops: tuple, rules: ReputRules) -> Delivery | None:
+    """The delivery of the delay record at `pos` of `buf` (a whole record there), with the
+    properties of `drops` (`drop_list`) left out; None when it is not a delay record (no
+    usable REAL_TOPIC/REAL_QID, lengths that do not add up) or its delivery would be refused
+    for good (an illegal topic, a body or properties over the limits)."""
+    parsed = _parsed(buf, pos)
+    if parsed is None:
+        return None
+    h, body_at, w = parsed
+    body_len, sys_flag = h[F_BODY_LEN], h[F_SYS_FLAG]
+    raw_topic, raw_qid = _real(w, _REAL_TOPIC), _real(w, _REAL_QID)
+    if raw_topic is None or raw_qid is None:
+        return None
+    named = _topic_of(raw_topic)
+    try:
+        queue_id = int(raw_qid)
+    except ValueError:
+        return None
+    if named is None or not 0 <= queue_id < (1 << 31) or body_len > rules.max_message_size:
+        return None
+    for label in drops:
+        while (i := w.find(label)) >= 0:
+            w = w[:i] + w[w.index(_SEP, i + 1):]
+    if rules.no_wait:
+        while (i := w.find(_WAIT)) >= 0:
+            w = w[:i] + w[w.index(_SEP, i + 1):]
+        w += _NO_WAIT
+    props = w[1:]
+    if rules.prop_crc:
+        props = with_reserve(props)
+    if len(props) > MAX_PROPERTIES_BYTES:
+        return None
+    store_host = rules.store_host or h[F_STORE_HOST]
+    sys_flag = sys_flag & ~SYSFLAG_STOREHOST_V6 | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0)
+    born = h[F_BORN_HOST]
+    new_header = HEADERS[len(born), len(store_host)]
+    topic, head = named
+    size = new_header.size + body_len + len(head) + 2 + len(props)
+    if size > rules.max_message_size + TOTAL_SIZE_SLACK:
+        return None
+    data = b"".join((new_header.pack(size, MAGIC_V1, h[F_CRC], queue_id, h[F_FLAG], 0, 0, sys_flag,
+                                     h[F_BORN_TS], born, 0, store_host, h[F_RECONSUME], 0, body_len),
+                     buf[body_at:body_at + body_len], head, I16.pack(len(props)), props))
+    return Delivery(data, topic, queue_id, sys_flag, born, new_header.size, body_len)
+
+
+class EncodedRun:
+    """Deliveries of one topic and queue as one batch for `CommitLog.append_batch`: `first`
+    stands for the run (topic, queue, flags), `write` copies it into a segment and sets the
+    fields of each record that its place gives."""
+    __slots__ = ("first", "record_sizes", "total", "_data", "_sealed")
+
+    def __init__(self, deliveries: list):
+        self.first = deliveries[0]
+        self.record_sizes = tuple(len(d.data) for d in deliveries)
+        self.total = sum(self.record_sizes)
+        self._data = b"".join(d.data for d in deliveries) if len(deliveries) > 1 else self.first.data
+        self._sealed = self.first.data[-CRC32_RESERVED_LEN:-11] == LABEL    # one store's rules
+
+    def __len__(self) -> int:
+        return len(self.record_sizes)
+
+    def write(self, buf, pos: int, queue_offset: int | None, phys_offset: int,
+              store_timestamp: int) -> int:
+        """Write the records at `pos` of `buf`, the first at `phys_offset` with `queue_offset`
+        (None: 0 for all, a transaction's prepared or rollback record); return the end."""
+        start, end = pos, pos + self.total
+        buf[pos:end] = self._data
+        ts_at = store_timestamp_position(self.first.sys_flag)   # one born host length per run
+        pack_positions, pack_ts = POSITIONS.pack_into, STORE_TIMESTAMP.pack_into
+        q = queue_offset
+        for size in self.record_sizes:
+            pack_positions(buf, pos + QUEUE_OFFSET_POS, 0 if q is None else q, phys_offset + pos - start)
+            pack_ts(buf, pos + ts_at, store_timestamp)
+            pos += size
+            if q is not None:
+                q += 1
+        if self._sealed:
+            seal_run(buf, start, self.record_sizes)
+        return end
