@@ -44,8 +44,8 @@ from core.delay.timer_wheel import ENTRY_DTYPE, WINDOW_MS, TimerWindows, window_
 log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
 ENQUEUE_BATCH = 4096
-DELIVER_BATCH = 256
-CHECKPOINT_MS = 100
+DELIVER_BATCH = 1024
+CHECKPOINT_MS = 1000
 
 
 # A timer's delivery leaves out the timer properties a producer set (TIMER_OUT_MS stays, as in
