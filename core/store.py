@@ -90,7 +90,8 @@ class MessageStore:
                                            self.fileops, config.max_msgs_num_batch)
                               if config.message_index_enable else None)
         self.checkpoint: StoreCheckpoint | None = None
-        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service)
+        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service,
+                                     delay_levels=config.delay_levels_ms)
         self.reader = StoreReader(config, self.commitlog, self.cq_store, self.index_service)
         self.consumer_offsets = ConsumerOffsetStore(config.config_dir, self.fileops)
         self.flush_service: FlushService | None = None
