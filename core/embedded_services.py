@@ -359,7 +359,8 @@ class ScheduleService(ServiceThread):
         self.job.load()
         self.timers = TimerScheduler(store.config.store_path_root_dir,
                                      lambda: cq_store.find(TIMER_TOPIC, 0), log_.read,
-                                     self._put_all, store.fileops, rules=rules)
+                                     self._put_all, store.fileops, rules=rules,
+                                     precision_ms=store.config.timer_precision_ms)
         self.timers.load()
         self._wait_ms = 0
 

@@ -102,7 +102,8 @@ class Scheduler(ServiceLoop):
         self.job = DelayScheduler(cfg.delay_levels_ms, DelayOffsetStore(cfg.config_dir),
                                   self._queue_of, self.commitlog.read, self._put_all, rules=rules)
         self.timers = TimerScheduler(cfg.store_path_root_dir, self._arrivals,
-                                     self.commitlog.read, self._put_all, rules=rules)
+                                     self.commitlog.read, self._put_all, rules=rules,
+                                     precision_ms=cfg.timer_precision_ms)
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             endpoint = json.load(f)["appender"]
         self.dealer = make_socket(self.ctx, zmq.DEALER, curve=self.internal_client_keys())

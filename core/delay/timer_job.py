@@ -10,10 +10,12 @@ Each pass has two steps:
 - deliver: the current window (the earliest not finished) is read and sorted by (delivery
   time, arrival); the entries whose time has come are re-put, in that order, through
   `put_all` (the normal put path) with their real topic and queue and the timer properties
-  removed (TIMER_OUT_MS stays, as in RocketMQ), up to `DELIVER_BATCH` a pass; the job sleeps
-  until the next entry's time, so each message is delivered within milliseconds of it (well
-  inside `timer_precision_ms`). A window is finished once its time is over and every entry in
-  it was acknowledged; then the next window with a file becomes current.
+  removed (TIMER_OUT_MS stays, as in RocketMQ), up to `DELIVER_BATCH` a pass. Time goes in
+  steps of `timer_precision_ms` (RocketMQ 5's slots): an entry is due at the first step boundary
+  at or after its time, never before it and less than one step after it, and the job wakes
+  only at boundaries where an entry is due, delivering the whole slot together (a step of 1 ms:
+  at its ms). A window is finished once its time is over and every entry in it was
+  acknowledged; then the next window with a file becomes current.
 
 Progress is the checkpoint `timerqueue/checkpoint.json` (beside the window files it speaks
 for, so that it never travels without them): `enqueued` (consume-queue offset taken
@@ -56,11 +58,14 @@ _TIMER_OUT = drop_list(PROPERTY_TIMER_OUT_MS)[0]
 
 class TimerScheduler:
     """`arrivals()`: the timer topic's consume queue (or view), None while it does not exist;
-    `read`, `put_all`, `rules`: as core.delay.schedule.DelayScheduler's."""
+    `read`, `put_all`, `rules`: as core.delay.schedule.DelayScheduler's; `precision_ms`: the
+    step (timer_precision_ms): an entry is due at the first multiple of it at or after its time."""
 
     def __init__(self, store_root: str, arrivals, read, put_all,
-                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms, rules: ReputRules = ReputRules()):
+                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms, rules: ReputRules = ReputRules(),
+                 precision_ms: int = 1):
         self.rules = rules
+        self.precision_ms = precision_ms
         self.fileops = fileops
         self.wheel = TimerWindows(store_root, fileops)
         self.path = os.path.join(self.wheel.dir, CHECKPOINT_FILE)
@@ -199,16 +204,15 @@ class TimerScheduler:
             self._read_window()
         elif self._fresh:
             self._merge_fresh()
-        todo = self._todo
-        end = self._pos
-        while end < len(todo) and end - self._pos < DELIVER_BATCH and int(todo["deliver"][end]) <= now:
-            end += 1
+        todo, step = self._todo, self.precision_ms
+        due = int(np.searchsorted(self._todo_deliver, now // step * step, "right"))  # slots begun
+        end = min(due, self._pos + DELIVER_BATCH)
         if end > self._pos:
             self._put(todo[self._pos:end])
             if now < self.retry_at:
                 return RETRY_MS
         if self._pos < len(todo):
-            return 0 if end - self._pos >= DELIVER_BATCH else int(todo["deliver"][self._pos]) - now
+            return 0 if self._pos < due else -(-int(self._todo_deliver[self._pos]) // step) * step - now
         if now >= self.window + WINDOW_MS:                   # finished: the next window
             nxt = self.wheel.next_after(self.window)
             self.window = nxt if nxt is not None else window_of(now)
@@ -240,6 +244,7 @@ class TimerScheduler:
         cd, ca = self.cursor
         self._late = int(np.count_nonzero((t_deliver < cd) | ((t_deliver == cd) & (t_arrival <= ca))))
         self._todo, self._pos, self._stale = todo, 0, False
+        self._todo_deliver = t_deliver
         self._below_next = self.enqueued
         if self._late == 0:
             self.below = self.enqueued
