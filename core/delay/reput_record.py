@@ -26,18 +26,17 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from core.record.codec import (
-    HEADERS, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK, _topic_head, with_reserve,
-)
-from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, seal_run, strip
+from core.record.codec import HEADERS, MAX_PROPERTIES_BYTES, TOTAL_SIZE_SLACK, _topic_head
+from core.record.crc_property import CRC32_RESERVED_LEN, LABEL, RESERVE, seal_run
 from core.record.layout import (
     BY_FLAGS, F_BODY_LEN, F_BORN_HOST, F_BORN_TS, F_CRC, F_FLAG, F_MAGIC, F_RECONSUME,
-    F_STORE_HOST, F_SYS_FLAG, I16, I32, MAGIC_V1, MAGIC_V2, POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP,
+    F_STORE_HOST, F_SYS_FLAG, I16, MAGIC_V1, MAGIC_V2, POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP,
     SYSFLAG_POS, store_timestamp_position,
 )
 from core.record.message import PROPERTY_DELAY, PROPERTY_WAIT, SYSFLAG_STOREHOST_V6
 
 _SEP = b"\x02"
+SYSFLAG_LOW = SYSFLAG_POS + 3          # SYSFLAG's low byte (big-endian): the host bits
 _REAL_TOPIC = b"\x02REAL_TOPIC\x01"
 _REAL_QID = b"\x02REAL_QID\x01"
 _WAIT = b"\x02" + PROPERTY_WAIT.encode() + b"\x01"
@@ -104,72 +103,82 @@ def _topic_of(raw_topic: bytes):
     return hit
 
 
-def _parsed(buf, pos: int):
+def parse(buf, pos: int):
     """(header tuple, body start, properties as `_SEP` + pairs each ending in `_SEP`, without
-    the CRC property) of the record at `pos`; None when its lengths do not add up."""
+    the CRC property) of the record at `pos` of `buf`; None when its lengths do not add up.
+    The header tuple is indexed by core.record.layout's F_* (F_STORE_TS: its store time)."""
     try:
-        sys_flag = I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
-        header = BY_FLAGS[(sys_flag >> 4) & 3]
+        header = BY_FLAGS[(buf[pos + SYSFLAG_LOW] >> 4) & 3]
         h = header.unpack_from(buf, pos)
         body_at = pos + header.size
         p = body_at + h[F_BODY_LEN]
-        if h[F_MAGIC] == MAGIC_V1:
+        magic = h[F_MAGIC]
+        if magic == MAGIC_V1:
             p += 1 + buf[p]
-        elif h[F_MAGIC] == MAGIC_V2:
+        elif magic == MAGIC_V2:
             p += 2 + I16.unpack_from(buf, p)[0]
         else:
             return None
-        props_len = I16.unpack_from(buf, p)[0]
-        if h[F_BODY_LEN] < 0 or p + 2 + props_len - pos != h[0]:
+        end = p + 2 + I16.unpack_from(buf, p)[0]
+        if h[F_BODY_LEN] < 0 or end - pos != h[0] or end < p + 2:
             return None
-        props = strip(bytes(buf[p + 2:p + 2 + props_len]))
     except (struct.error, IndexError):
         return None
-    return h, body_at, (_SEP + props if props.endswith(_SEP) or not props else _SEP + props + _SEP)
+    if end - p - 2 >= CRC32_RESERVED_LEN and buf[end - CRC32_RESERVED_LEN:end - 11] == LABEL:
+        end -= CRC32_RESERVED_LEN                 # the stored record's own CRC property
+    props = buf[p + 2:end]
+    if props.__class__ is not bytes:
+        props = bytes(props)
+    return h, body_at, (_SEP + props if not props or props[-1] == 2 else _SEP + props + _SEP)
 
 
 def property_of(buf, pos: int, label: bytes) -> bytes | None:
     """The value of one property (`label`: an item of `drop_list`) of the record at `pos`."""
-    parsed = _parsed(buf, pos)
+    parsed = parse(buf, pos)
     return None if parsed is None else _real(parsed[2], label)
 
 
-def readdress(buf, pos: int, drops: tuple, rules: ReputRules) -> Delivery | None:
-    """The delivery of the delay record at `pos` of `buf` (a whole record there), with the
-    properties of `drops` (`drop_list`) left out; None when it is not a delay record (no
-    usable REAL_TOPIC/REAL_QID, lengths that do not add up) or its delivery would be refused
-    for good (an illegal topic, a body or properties over the limits)."""
-    parsed = _parsed(buf, pos)
+def readdress(buf, pos: int, drops: tuple, rules: ReputRules, parsed=None) -> Delivery | None:
+    """The delivery of the delay record at `pos` of `buf` (a whole record there; `parsed`:
+    its `parse`, when the caller has it), with the properties of `drops` (`drop_list`) left
+    out; None when it is not a delay record (no usable REAL_TOPIC/REAL_QID, lengths that do
+    not add up) or its delivery would be refused for good (an illegal topic, a body or
+    properties over the limits)."""
     if parsed is None:
-        return None
+        parsed = parse(buf, pos)
+        if parsed is None:
+            return None
     h, body_at, w = parsed
-    body_len, sys_flag = h[F_BODY_LEN], h[F_SYS_FLAG]
     raw_topic, raw_qid = _real(w, _REAL_TOPIC), _real(w, _REAL_QID)
     if raw_topic is None or raw_qid is None:
         return None
-    named = _topic_of(raw_topic)
+    named = _HEADS.get(raw_topic) or _topic_of(raw_topic)
     try:
         queue_id = int(raw_qid)
     except ValueError:
         return None
+    body_len = h[F_BODY_LEN]
     if named is None or not 0 <= queue_id < (1 << 31) or body_len > rules.max_message_size:
         return None
     for label in drops:
-        while (i := w.find(label)) >= 0:
-            w = w[:i] + w[w.index(_SEP, i + 1):]
+        if label in w:
+            while (i := w.find(label)) >= 0:
+                w = w[:i] + w[w.index(_SEP, i + 1):]
     if rules.no_wait:
         while (i := w.find(_WAIT)) >= 0:
             w = w[:i] + w[w.index(_SEP, i + 1):]
         w += _NO_WAIT
-    props = w[1:]
-    if rules.prop_crc:
-        props = with_reserve(props)
+    props = w[1:] + RESERVE if rules.prop_crc else w[1:]
     if len(props) > MAX_PROPERTIES_BYTES:
         return None
     store_host = rules.store_host or h[F_STORE_HOST]
-    sys_flag = sys_flag & ~SYSFLAG_STOREHOST_V6 | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0)
     born = h[F_BORN_HOST]
-    new_header = HEADERS[len(born), len(store_host)]
+    if len(store_host) == 8:
+        sys_flag = h[F_SYS_FLAG] & ~SYSFLAG_STOREHOST_V6
+        new_header = HEADERS[len(born), 8]
+    else:
+        sys_flag = h[F_SYS_FLAG] | SYSFLAG_STOREHOST_V6
+        new_header = HEADERS[len(born), 20]
     topic, head = named
     size = new_header.size + body_len + len(head) + 2 + len(props)
     if size > rules.max_message_size + TOTAL_SIZE_SLACK:

@@ -39,13 +39,12 @@ removed by retention) is moved inside it, as RocketMQ's correctDelayOffset does.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.log.consume_queue import ENTRY
-from core.delay.reput_record import LEVEL_DROPS, ReputRules, readdress
-from core.record.layout import I32, STORE_TIMESTAMP, SYSFLAG_POS, store_timestamp_position
+from core.delay.reput_record import LEVEL_DROPS, ReputRules, parse, readdress
+from core.record.layout import F_STORE_TS
 from core.record.message import SYSFLAG_TRANSACTION_MASK
 from core.status import PutMessageStatus
 
@@ -88,15 +87,6 @@ def batch_groups(msgs: list, max_bytes: int) -> list[list[int]]:
         found[0].append(i)
         found[1] += len(m.body)
     return groups
-
-
-def store_timestamp_of(buf, pos: int) -> int | None:
-    """STORETIMESTAMP of the record at `pos` of `buf`; None when it is cut short."""
-    try:
-        sys_flag = I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
-        return STORE_TIMESTAMP.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
-    except struct.error:
-        return None
 
 
 def read_records(read, entries) -> list:
@@ -212,13 +202,13 @@ class DelayScheduler:
         rules = self.rules
         for buf, pos in read_records(self.read, entries[:due_by_tag + 1]):
             delivery = due = None
-            stored_at = store_timestamp_of(buf, pos) if buf is not None else None
-            if stored_at is not None:
-                due = stored_at + delay
+            parsed = parse(buf, pos) if buf is not None else None
+            if parsed is not None:
+                due = parsed[0][F_STORE_TS] + delay
                 if due > now:
                     wait = due - now
                     break
-                delivery = readdress(buf, pos, LEVEL_DROPS, rules)
+                delivery = readdress(buf, pos, LEVEL_DROPS, rules, parsed)
             items.append((k, delivery, due))
             k += 1
         return items, wait, k
