@@ -33,10 +33,15 @@ from core.record.layout import (
     F_STORE_HOST, F_SYS_FLAG, I16, MAGIC_V1, MAGIC_V2, POSITIONS, QUEUE_OFFSET_POS, STORE_TIMESTAMP,
     SYSFLAG_POS, store_timestamp_position,
 )
-from core.record.message import PROPERTY_DELAY, PROPERTY_WAIT, SYSFLAG_STOREHOST_V6
+from core.record.message import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, SYSFLAG_STOREHOST_V6
 
 _SEP = b"\x02"
 SYSFLAG_LOW = SYSFLAG_POS + 3          # SYSFLAG's low byte (big-endian): the host bits
+# The values that differ from record to record of one producer's delayed messages: cut out of
+# a `Readdresser`'s key (and put back into each delivery).
+_VARYING = (b"\x02" + PROPERTY_UNIQ_KEY.encode() + b"\x01", b"\x02TIMER_OUT_MS\x01")
+_MARK = b"\x01"                        # where a cut value was (no value holds 0x01)
+_MARKED = b"\x01" + _MARK              # a label's end and the mark: nowhere else in properties
 _REAL_TOPIC = b"\x02REAL_TOPIC\x01"
 _REAL_QID = b"\x02REAL_QID\x01"
 _WAIT = b"\x02" + PROPERTY_WAIT.encode() + b"\x01"
@@ -138,17 +143,32 @@ def property_of(buf, pos: int, label: bytes) -> bytes | None:
     return None if parsed is None else _real(parsed[2], label)
 
 
-def readdress(buf, pos: int, drops: tuple, rules: ReputRules, parsed=None) -> Delivery | None:
-    """The delivery of the delay record at `pos` of `buf` (a whole record there; `parsed`:
-    its `parse`, when the caller has it), with the properties of `drops` (`drop_list`) left
-    out; None when it is not a delay record (no usable REAL_TOPIC/REAL_QID, lengths that do
-    not add up) or its delivery would be refused for good (an illegal topic, a body or
-    properties over the limits)."""
-    if parsed is None:
-        parsed = parse(buf, pos)
-        if parsed is None:
-            return None
-    h, body_at, w = parsed
+def _cut(w: bytes) -> tuple:
+    """(`w` with the values of `_VARYING` replaced by `_MARK`, those values in their order):
+    what is left is alike for the records of one producer and delay (`Readdresser`'s key)."""
+    spans = []
+    for label in _VARYING:
+        i = w.find(label)
+        if i >= 0:
+            i += len(label)
+            spans.append((i, w.index(_SEP, i)))
+    if not spans:
+        return w, ()
+    if len(spans) > 1:
+        spans.sort()
+    pieces, values, at = [], [], 0
+    for i, j in spans:
+        pieces.append(w[at:i])
+        values.append(w[i:j])
+        at = j
+    pieces.append(w[at:])
+    return _MARK.join(pieces), values
+
+
+def _template(w: bytes, drops: tuple, rules: ReputRules):
+    """What a delivery takes from the properties `w` (as `_cut` leaves them): (topic, TOPICLENGTH
+    TOPIC, queue id, the new properties' pieces around the cut values, their length); None when
+    they name no legal real topic and queue."""
     raw_topic, raw_qid = _real(w, _REAL_TOPIC), _real(w, _REAL_QID)
     if raw_topic is None or raw_qid is None:
         return None
@@ -157,19 +177,69 @@ def readdress(buf, pos: int, drops: tuple, rules: ReputRules, parsed=None) -> De
         queue_id = int(raw_qid)
     except ValueError:
         return None
-    body_len = h[F_BODY_LEN]
-    if named is None or not 0 <= queue_id < (1 << 31) or body_len > rules.max_message_size:
+    if named is None or not 0 <= queue_id < (1 << 31):
         return None
     for label in drops:
-        if label in w:
-            while (i := w.find(label)) >= 0:
-                w = w[:i] + w[w.index(_SEP, i + 1):]
+        while (i := w.find(label)) >= 0:
+            w = w[:i] + w[w.index(_SEP, i + 1):]
     if rules.no_wait:
         while (i := w.find(_WAIT)) >= 0:
             w = w[:i] + w[w.index(_SEP, i + 1):]
         w += _NO_WAIT
     props = w[1:] + RESERVE if rules.prop_crc else w[1:]
-    if len(props) > MAX_PROPERTIES_BYTES:
+    pieces = props.split(_MARKED)             # each cut: a label's 0x01, then the mark
+    pieces = [p + b"\x01" for p in pieces[:-1]] + pieces[-1:]
+    return named[0], named[1], queue_id, pieces, sum(map(len, pieces))
+
+
+class Readdresser:
+    """`readdress` with `rules` and `drops` fixed, remembering the `_template` of each
+    properties shape (at most `KEPT`): a level's records mostly differ only in body, UNIQ_KEY
+    and (timers) TIMER_OUT_MS, and then a delivery costs one parse, two searches and one header
+    pack (the template's searches, parse of REAL_QID and removals once per shape). tests/unit/test_delay_reput_record.py
+    holds it to `readdress`, which makes every template anew."""
+    KEPT = 4096
+
+    def __init__(self, rules: ReputRules, drops: tuple):
+        self.rules, self.drops = rules, drops
+        self._templates: dict = {}
+
+    def __call__(self, buf, pos: int, parsed=None) -> Delivery | None:
+        if parsed is None:
+            parsed = parse(buf, pos)
+            if parsed is None:
+                return None
+        h, body_at, w = parsed
+        shape, values = _cut(w)
+        templates = self._templates
+        t = templates.get(shape)
+        if t is None:
+            t = _template(shape, self.drops, self.rules) or False
+            if len(templates) >= self.KEPT:
+                templates.clear()
+            templates[shape] = t
+        return _delivery(buf, h, body_at, t, values, self.rules) if t else None
+
+
+def readdress(buf, pos: int, drops: tuple, rules: ReputRules, parsed=None) -> Delivery | None:
+    """The delivery of the delay record at `pos` of `buf` (a whole record there; `parsed`:
+    its `parse`, when the caller has it), with the properties of `drops` (`drop_list`) left
+    out; None when it is not a delay record (no usable REAL_TOPIC/REAL_QID, lengths that do
+    not add up) or its delivery would be refused for good (an illegal topic, a body or
+    properties over the limits). The reference of `Readdresser`, which jobs use."""
+    return Readdresser(rules, drops)(buf, pos, parsed)
+
+
+def _delivery(buf, h: tuple, body_at: int, t: tuple, values, rules: ReputRules):
+    topic, head, queue_id, pieces, props_len = t
+    if values:
+        props_len += sum(map(len, values))
+        props = pieces[0] + values[0] + pieces[1] if len(values) == 1 else \
+            b"".join(x for pair in zip(pieces, values) for x in pair) + pieces[-1]
+    else:
+        props = pieces[0]
+    body_len = h[F_BODY_LEN]
+    if body_len > rules.max_message_size or props_len > MAX_PROPERTIES_BYTES:
         return None
     store_host = rules.store_host or h[F_STORE_HOST]
     born = h[F_BORN_HOST]
@@ -179,13 +249,12 @@ def readdress(buf, pos: int, drops: tuple, rules: ReputRules, parsed=None) -> De
     else:
         sys_flag = h[F_SYS_FLAG] | SYSFLAG_STOREHOST_V6
         new_header = HEADERS[len(born), 20]
-    topic, head = named
-    size = new_header.size + body_len + len(head) + 2 + len(props)
+    size = new_header.size + body_len + len(head) + 2 + props_len
     if size > rules.max_message_size + TOTAL_SIZE_SLACK:
         return None
     data = b"".join((new_header.pack(size, MAGIC_V1, h[F_CRC], queue_id, h[F_FLAG], 0, 0, sys_flag,
                                      h[F_BORN_TS], born, 0, store_host, h[F_RECONSUME], 0, body_len),
-                     buf[body_at:body_at + body_len], head, I16.pack(len(props)), props))
+                     buf[body_at:body_at + body_len], head, I16.pack(props_len), props))
     return Delivery(data, topic, queue_id, sys_flag, born, new_header.size, body_len)
 
 

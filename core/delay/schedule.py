@@ -7,7 +7,7 @@ Each pass looks at every level in turn. A level's queue (SCHEDULE_TOPIC_XXXX, qu
 level - 1) is followed from its offset in config/delayOffset.json (core.delay.offsets): while
 the entry there is due (its record's store timestamp + the level's delay is not in the future)
 the record is read and its delivery is built from the record's bytes
-(core.delay.reput_record.readdress: the real topic and queue, DELAY removed, every other
+(core.delay.reput_record.Readdresser: the real topic and queue, DELAY removed, every other
 property kept, UNIQ_KEY and REAL_TOPIC/REAL_QID too, as RocketMQ's messageTimeup), up to
 `REPUT_BATCH` entries a pass; the due entries' records are read with one copy per span of
 the log (`read_records`), and the batch goes to `put_all`, the normal put path, which stores
@@ -43,7 +43,7 @@ import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.log.consume_queue import ENTRY
-from core.delay.reput_record import LEVEL_DROPS, ReputRules, parse, readdress
+from core.delay.reput_record import LEVEL_DROPS, Readdresser, ReputRules, parse
 from core.record.layout import F_STORE_TS
 from core.record.message import SYSFLAG_TRANSACTION_MASK
 from core.status import PutMessageStatus
@@ -125,7 +125,7 @@ class DelayScheduler:
     def __init__(self, levels_ms: tuple, offsets, queue_of, read, put_all, clock=now_ms,
                  rules: ReputRules = ReputRules()):
         self.levels_ms = tuple(levels_ms)
-        self.rules = rules
+        self.readdress = Readdresser(rules, LEVEL_DROPS)
         self.offsets = offsets
         self.queue_of = queue_of
         self.read = read
@@ -199,7 +199,7 @@ class DelayScheduler:
         raw_entries = cq.get_entries(start, min(REPUT_BATCH, hi - start)) if start < hi else None
         entries = list(ENTRY.iter_unpack(raw_entries or b""))
         due_by_tag = next((i for i, e in enumerate(entries) if e[2] > now), len(entries))
-        rules = self.rules
+        readdress = self.readdress
         for buf, pos in read_records(self.read, entries[:due_by_tag + 1]):
             delivery = due = None
             parsed = parse(buf, pos) if buf is not None else None
@@ -208,7 +208,7 @@ class DelayScheduler:
                 if due > now:
                     wait = due - now
                     break
-                delivery = readdress(buf, pos, LEVEL_DROPS, rules, parsed)
+                delivery = readdress(buf, pos, parsed)
             items.append((k, delivery, due))
             k += 1
         return items, wait, k

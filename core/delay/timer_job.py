@@ -37,7 +37,7 @@ import numpy as np
 
 from core.log.consume_queue import ENTRY_DTYPE as CQ_DTYPE
 from core.delay.put import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, level_of
-from core.delay.reput_record import ReputRules, drop_list, property_of, readdress
+from core.delay.reput_record import Readdresser, ReputRules, drop_list, property_of
 from core.files.fileops import REAL_FILE_OPS, FileOps
 from core.record.message import PROPERTY_DELAY
 from core.delay.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, now_ms, read_records
@@ -64,7 +64,7 @@ class TimerScheduler:
     def __init__(self, store_root: str, arrivals, read, put_all,
                  fileops: FileOps = REAL_FILE_OPS, clock=now_ms, rules: ReputRules = ReputRules(),
                  precision_ms: int = 1):
-        self.rules = rules
+        self.readdress = Readdresser(rules, TIMER_DROPS)
         self.precision_ms = precision_ms
         self.fileops = fileops
         self.wheel = TimerWindows(store_root, fileops)
@@ -250,8 +250,8 @@ class TimerScheduler:
             self.below = self.enqueued
 
     def _put(self, batch: np.ndarray) -> None:
-        rules = self.rules
-        items = [readdress(buf, pos, TIMER_DROPS, rules) if buf is not None else None
+        readdress = self.readdress
+        items = [readdress(buf, pos) if buf is not None else None
                  for buf, pos in read_records(self.read, list(zip(batch["phys"].tolist(),
                                                                    batch["size"].tolist())))]
         msgs = [m for m in items if m is not None]

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from core import Message
 from core.delay.put import delayed_put
-from core.delay.reput_record import LEVEL_DROPS, EncodedRun, ReputRules, readdress
+from core.delay.reput_record import LEVEL_DROPS, EncodedRun, Readdresser, ReputRules, readdress
 from core.delay.schedule import read_records
 from core.delay.timer_job import TIMER_DROPS
 from core.record.codec import encode_message, parse_record
@@ -74,6 +74,16 @@ def test_readdress_is_the_reference_delivery(topic, body, queue_id, flag, tags, 
                   "commit_log_offset", "sys_flag", "reconsume_times", "body_crc", "properties"):
         assert getattr(got, field) == getattr(ref_msg, field), field
     assert got.properties["REAL_TOPIC"] == topic and got.properties["REAL_QID"] == str(queue_id)
+    warm = Readdresser(rules, TIMER_DROPS if timer else LEVEL_DROPS)     # its templates kept
+    for key in ("U%d" % queue_id, "another-key", "U%d" % queue_id):
+        other = delayed_put(Message(topic, body + b"!", queue_id, flag, tags, keys,
+                                    dict(props, UNIQ_KEY=key), 1_600_000_000_000, born,
+                                    reconsume_times=reconsume), (LEVELS, 3 * 86400 * 1000))
+        raw = _stored(other, stored_crc)
+        again = warm(raw, 0)
+        assert again.data == readdress(raw, 0, TIMER_DROPS if timer else LEVEL_DROPS, rules).data
+        assert decode_message(again.data).properties["UNIQ_KEY"] == key
+    assert len(warm._templates) == 1                  # one shape: made once
 
 
 def test_readdress_refuses_what_is_no_delay_record():
