@@ -423,12 +423,20 @@ def _delivery_time(level: str, store_timestamp: int, tag_code: int, levels: tupl
     return store_timestamp + levels[n - 1] if n > 0 else tag_code
 
 
+_DELAY_LABEL = b"\x02" + PROPERTY_DELAY.encode() + b"\x01"
+
+
 def schedule_tag_code(props_raw: bytes, store_timestamp: int, tag_code: int,
                       levels: tuple = DELAY_LEVEL_MS) -> int:
     """The tag code of a SCHEDULE_TOPIC record from its PROPERTIES bytes (UTF-8) and store
     time: its delivery time by `levels` when it has a DELAY level, else `tag_code` (its TAGS hash)."""
-    level = string_to_properties(props_raw.decode("utf-8")).get(PROPERTY_DELAY)
-    return tag_code if level is None else _delivery_time(level, store_timestamp, tag_code, levels)
+    w, at = b"\x02" + props_raw, -1
+    while (at := w.rfind(_DELAY_LABEL, 0, at if at >= 0 else len(w))) >= 0:   # the last one set
+        end = w.find(b"\x02", at + len(_DELAY_LABEL))
+        level = w[at + len(_DELAY_LABEL):end if end >= 0 else len(w)]
+        if level:
+            return _delivery_time(level, store_timestamp, tag_code, levels)
+    return tag_code
 
 
 def read_i32(buf, pos: int) -> int:
