@@ -257,6 +257,7 @@ class TimerScheduler:
         msgs = [m for m in items if m is not None]
         statuses = iter(self.put_all(msgs) if msgs else ())
         acked_at = self.clock()
+        delivers, arrivals = batch["deliver"].tolist(), batch["arrival"].tolist()
         for i, msg in enumerate(items):
             status = next(statuses, None) if msg is not None else None
             if msg is None or status in NEVER:
@@ -272,12 +273,13 @@ class TimerScheduler:
             else:
                 self.delivered += 1
                 if len(self.lag_ms) < 100_000:
-                    self.lag_ms.append(acked_at - int(batch["deliver"][i]))
-            self._advance(batch[i])
+                    self.lag_ms.append(acked_at - delivers[i])
+            self._advance(delivers[i], arrivals[i])
 
-    def _advance(self, entry) -> None:
+    def _advance(self, deliver: int, arrival: int) -> None:
         self._pos += 1
-        key = (int(entry["deliver"]), int(entry["arrival"]))
-        self.cursor = max(self.cursor, key)
+        key = (deliver, arrival)
+        if key > self.cursor:
+            self.cursor = key
         if self._pos >= self._late:
             self.below = self._below_next
