@@ -25,11 +25,12 @@ from core.running_flags import DISK_FULL, FLUSH_FAILED, NOT_WRITEABLE, WRITE_LOG
 from core.delay.put import TIMER_TOPIC
 from core.delay.reput_record import EncodedRun, ReputRules
 from core.delay.schedule import DelayScheduler, batch_groups
-from core.status import PutMessageStatus
+from core.status import PutMessageResult, PutMessageStatus
 from core.delay.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+_TOO_LARGE = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "the body is over max_message_size")
 SYNC_POLL_MS = 10           # SYNC_FLUSH: the thread looks for what puts left unflushed
 
 
@@ -366,12 +367,17 @@ class ScheduleService(ServiceThread):
 
     def _put_all(self, deliveries) -> list:
         """Re-put a batch: each group of `batch_groups` as one `put_encoded`, one by one when
-        that is refused. No re-put waits for a flush by itself (under SYNC_FLUSH its record says
-        WAIT false, as RocketMQ's scheduler delivers them), but the whole waits for one flush past its last record:
-        one fsync, not one per message in turn."""
+        that is refused; a body over the message size limit in force (it may have been lowered
+        since the put) MESSAGE_ILLEGAL, as a put of it would be. No re-put waits for a flush by
+        itself (under SYNC_FLUSH its record says WAIT false, as RocketMQ's scheduler delivers
+        them), but the whole waits for one flush past its last record: one fsync, not one per
+        message in turn."""
         store = self.store
-        results = [None] * len(deliveries)
-        for group in batch_groups(deliveries, store.commitlog.max_message_size):
+        limit = store.commitlog.max_message_size
+        results = [_TOO_LARGE if d.body_len > limit else None for d in deliveries]
+        fit = [i for i, r in enumerate(results) if r is None]
+        for group in batch_groups([deliveries[i] for i in fit], limit):
+            group = [fit[i] for i in group]
             r = store.put_encoded(EncodedRun([deliveries[i] for i in group]))
             for i, one in zip(group, [r] * len(group) if r.ok or len(group) == 1 else
                               [store.put_encoded(EncodedRun([deliveries[i]])) for i in group]):

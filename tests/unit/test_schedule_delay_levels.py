@@ -215,3 +215,19 @@ def test_schedule_tag_code_reads_delay_as_the_property_map_does(pairs, trailing,
         n = 0
     want = 1_000_000 + levels[n - 1] if n > 0 else 77
     assert schedule_tag_code(raw.encode(), 1_000_000, 77, levels) == want
+
+
+def test_a_body_over_a_lowered_size_limit_is_skipped_not_delivered(tiny_config, open_store):
+    """max_message_size lowered while messages wait (a runtime key): the one whose body is now
+    over it is refused for good (skipped, counted) as a put of it would be; the others go."""
+    store = open_store(tiny_config(message_delay_level="1s"))
+    for body in (b"small", b"L" * 600, b"tiny"):
+        assert store.put_message(Message("t", body, properties={"DELAY": "1"})).ok
+    store.config = store.config.replace(max_message_size=512)
+    got, _ = _pull_all(store, "t", 0, 2)
+    assert [m.body for m in got] == [b"small", b"tiny"]
+    job = store.schedule_service.job
+    deadline = time.monotonic() + 5
+    while job.skipped < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert job.skipped == 1 and job.delivered == 2
