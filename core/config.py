@@ -202,7 +202,7 @@ class StoreConfig:
     page_cache_window_commitlog: int = 0          # bytes; core/files/cache_window.py (0: the kernel's)
     listen_port: int = 10911
     # Delayed delivery (core/delay/put.py): RocketMQ's messageDelayLevel and RocketMQ 5's timer
-    # limits; timers are delivered at their ms, inside timer_precision_ms (not rounded to it).
+    # limits; a timer is delivered at the first multiple of timer_precision_ms at or after its ms.
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     timer_max_delay_sec: int = 259200
     timer_precision_ms: int = 1000

@@ -10,7 +10,7 @@ ServiceThread shape (STYLE.md): wait for work or the interval, do one unit, drai
   checkpoint); `idle` lets the next put wake it.
 - `AllocateService`: core.jobs.AllocateJob, the queue's allocator; the store's DISK_FULL flag.
 - `ScheduleService`: delivers delayed messages when due (core.delay.schedule,
-  core.delay.timer_job), re-putting them through `MessageStore.put_messages`/`put_message`.
+  core.delay.timer_job), re-putting them through `MessageStore.put_encoded`.
 """
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ import time
 from core.record.codec import SCHEDULE_TOPIC
 from core.delay.offsets import DelayOffsetStore
 from core.jobs import AllocateJob, CommitJob, FlushFailed, FlushJob, ReputJob
-from core.record.message import PROPERTY_WAIT
 from core.running_flags import DISK_FULL, FLUSH_FAILED, NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
 from core.delay.put import TIMER_TOPIC
+from core.delay.reput_record import EncodedRun, ReputRules
 from core.delay.schedule import DelayScheduler, batch_groups
-from core.status import PutMessageStatus
+from core.status import PutMessageResult, PutMessageStatus
 from core.delay.timer_job import TimerScheduler
 
 log = logging.getLogger(__name__)
 S_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+_TOO_LARGE = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "the body is over max_message_size")
 SYNC_POLL_MS = 10           # SYNC_FLUSH: the thread looks for what puts left unflushed
 
 
@@ -342,44 +343,48 @@ class AllocateService(ServiceThread):
 
 class ScheduleService(ServiceThread):
     """The scheduler jobs (delay levels, core.delay.schedule; timers, core.delay.timer_job) over the
-    store's own consume queues and CommitLog; their re-puts are `put_message` calls, so they
-    are flushed and dispatched as any put."""
+    store's own consume queues and CommitLog; their re-puts are `put_encoded` calls (records
+    built from the stored ones, core.delay.reput_record), so they are flushed and dispatched as
+    any put."""
 
     def __init__(self, store):
         super().__init__("schedule")
         self.store = store
-        cq_store = store.cq_store
+        cq_store, log_ = store.cq_store, store.commitlog
+        rules = ReputRules(log_.store_host_bytes, log_.prop_crc, log_.max_message_size,
+                           no_wait=store.config.is_sync_flush)
         self.job = DelayScheduler(store.config.delay_levels_ms,
                                   DelayOffsetStore(store.config.config_dir, store.fileops),
                                   lambda queue_id: cq_store.find(SCHEDULE_TOPIC, queue_id),
-                                  store.commitlog.read, self._put_all)
+                                  log_.read, self._put_all, rules=rules)
         self.job.load()
         self.timers = TimerScheduler(store.config.store_path_root_dir,
-                                     lambda: cq_store.find(TIMER_TOPIC, 0), store.commitlog.read,
-                                     self._put_all, store.fileops)
+                                     lambda: cq_store.find(TIMER_TOPIC, 0), log_.read,
+                                     self._put_all, store.fileops, rules=rules,
+                                     precision_ms=store.config.timer_precision_ms)
         self.timers.load()
         self._wait_ms = 0
 
-    def _put_all(self, msgs) -> list:
-        """Re-put a batch: each group of `batch_groups` as one `put_messages`, one by one when
-        that is refused. Under SYNC_FLUSH each copy is put with WAIT false (the property, as
-        RocketMQ's scheduler sets it on what it delivers) and the whole waits for one flush
-        past its last record: one fsync, not one per message in turn."""
+    def _put_all(self, deliveries) -> list:
+        """Re-put a batch: each group of `batch_groups` as one `put_encoded`, one by one when
+        that is refused; a body over the message size limit in force (it may have been lowered
+        since the put) MESSAGE_ILLEGAL, as a put of it would be. No re-put waits for a flush by
+        itself (under SYNC_FLUSH its record says WAIT false, as RocketMQ's scheduler delivers
+        them), but the whole waits for one flush past its last record: one fsync, not one per
+        message in turn."""
         store = self.store
-        sync = store.config.is_sync_flush
-        if sync:
-            for m in msgs:
-                m.properties[PROPERTY_WAIT] = "false"
-        results = [None] * len(msgs)
-        for group in batch_groups(msgs, store.commitlog.max_message_size):
-            run = [msgs[i] for i in group]
-            r = store.put_messages(run) if len(run) > 1 else None
-            for i, one in zip(group, [r] * len(run) if r is not None and r.ok
-                              else map(store.put_message, run)):
+        limit = store.commitlog.max_message_size
+        results = [_TOO_LARGE if d.body_len > limit else None for d in deliveries]
+        fit = [i for i, r in enumerate(results) if r is None]
+        for group in batch_groups([deliveries[i] for i in fit], limit):
+            group = [fit[i] for i in group]
+            r = store.put_encoded(EncodedRun([deliveries[i] for i in group]))
+            for i, one in zip(group, [r] * len(group) if r.ok or len(group) == 1 else
+                              [store.put_encoded(EncodedRun([deliveries[i]])) for i in group]):
                 results[i] = one
         stored = [r.append_result.next_offset for r in results if r.append_result is not None]
-        if sync and stored and not store.flush_service.wait_flushed(max(stored),
-                                                                      store.config.sync_flush_timeout):
+        if store.config.is_sync_flush and stored and not store.flush_service.wait_flushed(
+                max(stored), store.config.sync_flush_timeout):
             return [S_FLUSH_DISK_TIMEOUT if r.ok else r.status for r in results]
         return [r.status for r in results]
 

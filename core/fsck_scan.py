@@ -116,6 +116,7 @@ class LogScan:
     def __init__(self, cfg, report, prog, keys):
         self.cfg, self.report, self.prog, self.keys = cfg, report, prog, keys
         self.size = cfg.mapped_file_size_commitlog
+        self.levels = cfg.delay_levels_ms          # delay records' tag codes
         self.cols = {c: array("q") for c in ("phys", "size", "tags", "qoff", "key", "ts")}
         self.key_ids: dict[tuple[str, int], int] = {}
         self.khash, self.kstart = array("q"), array("q")   # each record's index key hashes
@@ -147,7 +148,7 @@ class LogScan:
         """Check one segment; the end of the log if it is in here, None when the segment is full."""
         pos = mark = 0
         while True:
-            req, length = check_record(buf, pos, self.size, True)
+            req, length = check_record(buf, pos, self.size, True, self.levels)
             if req is RecordCheck.CORRUPT or req is RecordCheck.END:
                 resume = resync_in(buf, pos + 1, base, self.size, True) if pos + 8 < self.size else None
                 if resume is not None:
@@ -202,7 +203,7 @@ class LogScan:
     def _crc_failure(self, buf, base: int, pos: int, path: str, resume: int) -> bool:
         """Report a framed record that fails its CRC as one of its queue (its entry is checked
         against it), when a parse without CRC gives its fields and it ends at `resume`."""
-        req, length = check_record(buf, pos, self.size, False)
+        req, length = check_record(buf, pos, self.size, False, self.levels)
         if isinstance(req, DispatchRequest) and pos + length == resume:
             self.report.add("record_crc", path, base + pos, f"{req.topic}-{req.queue_id} queue offset "
                             f"{req.consume_queue_offset}, {req.msg_size} bytes: CRC mismatch; reads "

@@ -90,7 +90,8 @@ class MessageStore:
                                            self.fileops, config.max_msgs_num_batch)
                               if config.message_index_enable else None)
         self.checkpoint: StoreCheckpoint | None = None
-        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service)
+        self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index_service,
+                                     delay_levels=config.delay_levels_ms)
         self.reader = StoreReader(config, self.commitlog, self.cq_store, self.index_service)
         self.consumer_offsets = ConsumerOffsetStore(config.config_dir, self.fileops)
         self.flush_service: FlushService | None = None
@@ -291,6 +292,15 @@ class MessageStore:
         if recs.__class__ is PutMessageStatus:
             return PutMessageResult(recs, None, take_reason())
         return self._append(recs, first)
+
+    def put_encoded(self, run) -> PutMessageResult:
+        """Append records encoded already, of one topic and queue, as one unit: the scheduler's
+        deliveries (core.delay.reput_record.EncodedRun), with the store checks of a put."""
+        if not self.running or self.flags.bits or self._is_slave:
+            status = self._check_store_status()
+            if status is not None:
+                return PutMessageResult(status)
+        return self._append(run, run.first)
 
     def _append(self, recs, first) -> PutMessageResult:
         """Append a prepared batch; under SYNC_FLUSH wait as its first message asks."""

@@ -92,7 +92,8 @@ class Reput(ServiceLoop):
         self.arrivals: dict[tuple[str, int], int] = {}
         self.dispatcher = Dispatcher(self.commitlog, self.cq_store, self.index, self._arrived,
                                      give_way=os.sched_yield,
-                                     short_steps=(SHORT_RANGE_BYTES, SHORT_STEP_RECORDS))
+                                     short_steps=(SHORT_RANGE_BYTES, SHORT_STEP_RECORDS),
+                                     delay_levels=self.config.delay_levels_ms)
         self.job = ReputJob(cfg, self.dispatcher, self.cq_store, self.index, self,
                             max(cb.get(Word.DISPATCHED_DURABLE), cb.get(Word.MIN_PHY)),
                             chunk=CHUNK, on_range=self._bound_view)

@@ -32,6 +32,8 @@ import zmq
 from core.record.codec import SCHEDULE_TOPIC
 from core.delay.offsets import DelayOffsetStore
 from core.delay.put import TIMER_TOPIC
+from core.delay.reput_record import ReputRules
+from core.record.decode import decode_message
 from core.read.views import CommitLogView, ConsumeQueueStoreView
 from core.delay.schedule import ACKED, DelayScheduler, batch_groups
 from core.delay.timer_job import TimerScheduler
@@ -96,10 +98,12 @@ class Scheduler(ServiceLoop):
                                          dispatched=lambda: min(cb.get(Word.DISPATCHED),
                                                                 self.commitlog.get_max_offset()),
                                          min_phy=lambda: cb.get(Word.MIN_PHY))
+        rules = ReputRules(max_message_size=cfg.max_message_size)   # the appender encodes them
         self.job = DelayScheduler(cfg.delay_levels_ms, DelayOffsetStore(cfg.config_dir),
-                                  self._queue_of, self.commitlog.read, self._put_all)
+                                  self._queue_of, self.commitlog.read, self._put_all, rules=rules)
         self.timers = TimerScheduler(cfg.store_path_root_dir, self._arrivals,
-                                     self.commitlog.read, self._put_all)
+                                     self.commitlog.read, self._put_all, rules=rules,
+                                     precision_ms=cfg.timer_precision_ms)
         with open(os.path.join(self.run_dir, "endpoints.json")) as f:
             endpoint = json.load(f)["appender"]
         self.dealer = make_socket(self.ctx, zmq.DEALER, curve=self.internal_client_keys())
@@ -123,10 +127,12 @@ class Scheduler(ServiceLoop):
     def _arrivals(self):
         return self._queue_of(0, TIMER_TOPIC)
 
-    def _put_all(self, msgs) -> list:
-        """Re-put `msgs`, each group of core.delay.schedule.batch_groups as one `put_batch`, and wait
+    def _put_all(self, deliveries) -> list:
+        """Re-put `deliveries` (core.delay.reput_record.Delivery records, read back as messages for
+        the wire), each group of core.delay.schedule.batch_groups as one `put_batch`, and wait
         for the replies; the messages of a batch that is refused are sent again one by one. A
         status per message, None for one not answered in time."""
+        msgs = [decode_message(d.data) for d in deliveries]
         groups = batch_groups(msgs, self.config.max_message_size)
         answers = self._send_runs([[msgs[i] for i in g] for g in groups])
         statuses: list = [None] * len(msgs)

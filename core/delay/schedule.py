@@ -6,11 +6,14 @@ with read-only views and a put client of the appender (services/scheduler.py).
 Each pass looks at every level in turn. A level's queue (SCHEDULE_TOPIC_XXXX, queue
 level - 1) is followed from its offset in config/delayOffset.json (core.delay.offsets): while
 the entry there is due (its record's store timestamp + the level's delay is not in the future)
-the record is read and its delivery is built (`delivery_of`: the real topic and queue, DELAY
-removed, every other property kept, UNIQ_KEY and REAL_TOPIC/REAL_QID too, as RocketMQ's
-messageTimeup), up to `REPUT_BATCH` entries; the batch goes to `put_all`, the normal put path,
-and the level's offset moves past the entries acknowledged, in order, stopping at the first
-that is not. The offsets file is written at the end of the pass. So:
+the record is read and its delivery is built from the record's bytes
+(core.delay.reput_record.Readdresser: the real topic and queue, DELAY removed, every other
+property kept, UNIQ_KEY and REAL_TOPIC/REAL_QID too, as RocketMQ's messageTimeup), up to
+`REPUT_BATCH` entries a pass; the due entries' records are read with one copy per span of
+the log (`read_records`), and the batch goes to `put_all`, the normal put path, which stores
+each real queue's share as one batch (`batch_groups`). The level's offset moves past the
+entries acknowledged, in order, stopping at the first that is not, and the offsets file is
+written once per pass at most (every `PERSIST_MS`). So:
 - at least once, never lost: an offset passes a message only after its re-put was
   acknowledged; a crash re-delivers what was acknowledged but not yet persisted (the same
   UNIQ_KEY), and a refused re-put is tried again after `RETRY_MS`;
@@ -19,9 +22,10 @@ that is not. The offsets file is written at the end of the pass. So:
 - levels do not block each other: a level takes at most one batch per pass, and a level whose
   re-puts fail waits on its own;
 - a due time long past (the store was down) is delivered at once, oldest first.
-The dispatcher's tag code of an entry is the delivery time with RocketMQ's default levels
-(core.record.codec); the job goes by the record's store timestamp and the configured levels, so a
-store with its own `message_delay_level` delivers on time too.
+The dispatcher's tag code of an entry is its delivery time (core.record.codec, with the store's
+`message_delay_level`); the job takes it only to know how many records to read, and goes by each
+record's store timestamp and the configured levels, so that entries dispatched with other
+levels (a store whose levels changed) are delivered on time too.
 
 Acknowledged means stored as durably as the store's own policy asks (`ACKED`: PUT_OK; on a
 SYNC_MASTER also SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT, whose record is stored and
@@ -39,17 +43,17 @@ import time
 
 from core.record.codec import SCHEDULE_TOPIC
 from core.log.consume_queue import ENTRY
-from core.record.decode import decode_message
-from core.delay.put import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, level_of
-from core.record.message import PROPERTY_DELAY, SYSFLAG_TRANSACTION_MASK, Message
+from core.delay.reput_record import LEVEL_DROPS, Readdresser, ReputRules, parse
+from core.record.layout import F_STORE_TS
+from core.record.message import SYSFLAG_TRANSACTION_MASK
 from core.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
-PROPERTY_CRC32 = "__CRC32#"   # RocketMQ 5.2's whole-record CRC property (DESIGN.md section 7)
-REPUT_BATCH = 256          # entries of one level re-put per pass
+REPUT_BATCH = 1024         # entries of one level re-put per pass
 IDLE_MS = 100              # the longest wait between passes: new entries may have arrived
 RETRY_MS = 1000            # a level whose re-put was refused tries again after this
-PERSIST_MS = 100           # the offsets file is written at most this often (and at stop)
+PERSIST_MS = 1000          # the offsets file is written at most this often (and at stop)
+SPAN_BYTES = 1 << 20       # records lying within this much of the log are read with one copy
 S = PutMessageStatus
 ACKED = frozenset((S.PUT_OK, S.SLAVE_NOT_AVAILABLE, S.FLUSH_SLAVE_TIMEOUT))
 # Answers that no retry can change (the real topic's queue is gone, the message cannot be
@@ -85,28 +89,43 @@ def batch_groups(msgs: list, max_bytes: int) -> list[list[int]]:
     return groups
 
 
-def delivery_of(ext) -> Message | None:
-    """The message to re-put for the delay record `ext` (a MessageExt), None when it names no
-    real topic and queue."""
-    props = dict(ext.properties or {})
-    topic = props.get(PROPERTY_REAL_TOPIC)
-    queue_id = level_of(props.get(PROPERTY_REAL_QID))
-    if not topic or queue_id is None or queue_id < 0:
-        return None
-    props.pop(PROPERTY_DELAY, None)
-    props.pop(PROPERTY_CRC32, None)          # the stored record's own CRC: the copy gets its own
-    return Message(topic, bytes(ext.body), queue_id, ext.flag, ext.tags, ext.keys, props,
-                   ext.born_timestamp, ext.born_host, ext.store_host, ext.sys_flag,
-                   ext.reconsume_times)
+def read_records(read, entries) -> list:
+    """(buffer, position) of each (phys, size, ...) entry's record, (None, 0) where it cannot
+    be read: entries whose records lie in increasing order within `SPAN_BYTES` are read with
+    one `read(phys, size)` (one copy, not one per record; a span that `read` refuses, across
+    a segment's end, is read record by record)."""
+    out: list = []
+    i, n = 0, len(entries)
+    while i < n:
+        first, size = entries[i][0], entries[i][1]
+        end, j = first + size, i + 1
+        if size > 0:
+            while j < n and entries[j][1] > 0 and end <= entries[j][0] \
+                    and entries[j][0] + entries[j][1] - first <= SPAN_BYTES:
+                end = entries[j][0] + entries[j][1]
+                j += 1
+        span = read(first, end - first) if size > 0 else None
+        if span is None and j - i > 1:
+            out += [((one, 0) if (one := read(e[0], e[1])) is not None else (None, 0))
+                    for e in entries[i:j]]
+        elif span is None:
+            out.append((None, 0))
+        else:
+            out += [(span, e[0] - first) for e in entries[i:j]]
+        i = j
+    return out
 
 
 class DelayScheduler:
     """`queue_of(queue_id)`: the schedule queue (a ConsumeQueue or view) or None while it does
     not exist; `read(phys, size)`: the record's bytes or None; `put_all(messages)`: their put
-    statuses, in order; `offsets`: a core.delay.offsets.DelayOffsetStore."""
+    statuses, in order (the deliveries are core.delay.reput_record.Delivery records, made
+    by `rules`); `offsets`: a core.delay.offsets.DelayOffsetStore."""
 
-    def __init__(self, levels_ms: tuple, offsets, queue_of, read, put_all, clock=now_ms):
+    def __init__(self, levels_ms: tuple, offsets, queue_of, read, put_all, clock=now_ms,
+                 rules: ReputRules = ReputRules()):
         self.levels_ms = tuple(levels_ms)
+        self.readdress = Readdresser(rules, LEVEL_DROPS)
         self.offsets = offsets
         self.queue_of = queue_of
         self.read = read
@@ -170,25 +189,26 @@ class DelayScheduler:
 
     def _due(self, cq, level: int, start: int, hi: int, now: int):
         """(items, wait, end): the due entries from `start` as (offset, delivery or None, due
-        ms), the ms until the first entry not due, and the offset after the last item."""
+        ms), the ms until the first entry not due, and the offset after the last item. The
+        entries' tag codes (their delivery times, from dispatch) say how many to read; each
+        record's own store time decides."""
         delay = self.levels_ms[level - 1]
         items = []
         wait = IDLE_MS
         k = start
         raw_entries = cq.get_entries(start, min(REPUT_BATCH, hi - start)) if start < hi else None
-        for phys, size, _ in ENTRY.iter_unpack(raw_entries or b""):
-            raw = self.read(phys, size) if size > 0 else None
+        entries = list(ENTRY.iter_unpack(raw_entries or b""))
+        due_by_tag = next((i for i, e in enumerate(entries) if e[2] > now), len(entries))
+        readdress = self.readdress
+        for buf, pos in read_records(self.read, entries[:due_by_tag + 1]):
             delivery = due = None
-            if raw is not None:
-                try:
-                    ext = decode_message(raw)
-                    due = ext.store_timestamp + delay
-                    if due > now:
-                        wait = due - now
-                        break
-                    delivery = delivery_of(ext)
-                except ValueError:
-                    delivery = None
+            parsed = parse(buf, pos) if buf is not None else None
+            if parsed is not None:
+                due = parsed[0][F_STORE_TS] + delay
+                if due > now:
+                    wait = due - now
+                    break
+                delivery = readdress(buf, pos, parsed)
             items.append((k, delivery, due))
             k += 1
         return items, wait, k

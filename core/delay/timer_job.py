@@ -10,10 +10,12 @@ Each pass has two steps:
 - deliver: the current window (the earliest not finished) is read and sorted by (delivery
   time, arrival); the entries whose time has come are re-put, in that order, through
   `put_all` (the normal put path) with their real topic and queue and the timer properties
-  removed (TIMER_OUT_MS stays, as in RocketMQ), up to `DELIVER_BATCH` a pass; the job sleeps
-  until the next entry's time, so each message is delivered within milliseconds of it (well
-  inside `timer_precision_ms`). A window is finished once its time is over and every entry in
-  it was acknowledged; then the next window with a file becomes current.
+  removed (TIMER_OUT_MS stays, as in RocketMQ), up to `DELIVER_BATCH` a pass. Time goes in
+  steps of `timer_precision_ms` (RocketMQ 5's slots): an entry is due at the first step boundary
+  at or after its time, never before it and less than one step after it, and the job wakes
+  only at boundaries where an entry is due, delivering the whole slot together (a step of 1 ms:
+  at its ms). A window is finished once its time is over and every entry in it was
+  acknowledged; then the next window with a file becomes current.
 
 Progress is the checkpoint `timerqueue/checkpoint.json` (beside the window files it speaks
 for, so that it never travels without them): `enqueued` (consume-queue offset taken
@@ -34,36 +36,36 @@ import os
 import numpy as np
 
 from core.log.consume_queue import ENTRY_DTYPE as CQ_DTYPE
-from core.record.decode import decode_message
 from core.delay.put import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, level_of
+from core.delay.reput_record import Readdresser, ReputRules, drop_list, property_of
 from core.files.fileops import REAL_FILE_OPS, FileOps
 from core.record.message import PROPERTY_DELAY
-from core.delay.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, delivery_of, now_ms
+from core.delay.schedule import ACKED, IDLE_MS, NEVER, RETRY_MS, now_ms, read_records
 from core.delay.timer_wheel import ENTRY_DTYPE, WINDOW_MS, TimerWindows, window_of
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.json"
 ENQUEUE_BATCH = 4096
-DELIVER_BATCH = 256
-CHECKPOINT_MS = 100
+DELIVER_BATCH = 1024
+CHECKPOINT_MS = 1000
 
 
-def timer_delivery_of(ext):
-    """The re-put of a timer record: its real topic and queue, timer properties removed."""
-    out = delivery_of(ext)
-    if out is not None:
-        for name, _ in TIMER_PROPERTIES:
-            out.properties.pop(name, None)
-        out.properties.pop(PROPERTY_DELAY, None)
-    return out
+# A timer's delivery leaves out the timer properties a producer set (TIMER_OUT_MS stays, as in
+# RocketMQ) and DELAY.
+TIMER_DROPS = drop_list(*(name for name, _ in TIMER_PROPERTIES), PROPERTY_DELAY)
+_TIMER_OUT = drop_list(PROPERTY_TIMER_OUT_MS)[0]
 
 
 class TimerScheduler:
     """`arrivals()`: the timer topic's consume queue (or view), None while it does not exist;
-    `read`, `put_all`: as core.delay.schedule.DelayScheduler's."""
+    `read`, `put_all`, `rules`: as core.delay.schedule.DelayScheduler's; `precision_ms`: the
+    step (timer_precision_ms): an entry is due at the first multiple of it at or after its time."""
 
     def __init__(self, store_root: str, arrivals, read, put_all,
-                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms):
+                 fileops: FileOps = REAL_FILE_OPS, clock=now_ms, rules: ReputRules = ReputRules(),
+                 precision_ms: int = 1):
+        self.readdress = Readdresser(rules, TIMER_DROPS)
+        self.precision_ms = precision_ms
         self.fileops = fileops
         self.wheel = TimerWindows(store_root, fileops)
         self.path = os.path.join(self.wheel.dir, CHECKPOINT_FILE)
@@ -164,8 +166,9 @@ class TimerScheduler:
         out["phys"], out["size"] = cq_entries["phys"], cq_entries["size"]
         delivers = out["deliver"]
         keep = np.ones(len(out), bool)
-        for i, (phys, size) in enumerate(zip(cq_entries["phys"].tolist(), cq_entries["size"].tolist())):
-            deliver = self._deliver_ms(phys, size)
+        places = read_records(self.read, list(zip(cq_entries["phys"].tolist(), cq_entries["size"].tolist())))
+        for i, (buf, pos) in enumerate(places):
+            deliver = self._deliver_ms(buf, pos)
             if deliver is None:
                 keep[i] = False
                 self.skipped += 1
@@ -183,14 +186,10 @@ class TimerScheduler:
         self.enqueued += len(cq_entries)
         return self.enqueued < hi
 
-    def _deliver_ms(self, phys: int, size: int) -> int | None:
-        raw = self.read(phys, size) if size > 0 else None
-        if raw is None:
-            return None
-        try:
-            value = level_of(decode_message(raw).properties.get(PROPERTY_TIMER_OUT_MS))
-        except ValueError:
-            return None
+    @staticmethod
+    def _deliver_ms(buf, pos: int) -> int | None:
+        raw = property_of(buf, pos, _TIMER_OUT) if buf is not None else None
+        value = level_of(raw) if raw is not None else None
         return value if value is not None and value >= 0 else None
 
     def _deliver(self, now: int) -> int:
@@ -205,16 +204,15 @@ class TimerScheduler:
             self._read_window()
         elif self._fresh:
             self._merge_fresh()
-        todo = self._todo
-        end = self._pos
-        while end < len(todo) and end - self._pos < DELIVER_BATCH and int(todo["deliver"][end]) <= now:
-            end += 1
+        todo, step = self._todo, self.precision_ms
+        due = int(np.searchsorted(self._todo_deliver, now // step * step, "right"))  # slots begun
+        end = min(due, self._pos + DELIVER_BATCH)
         if end > self._pos:
             self._put(todo[self._pos:end])
             if now < self.retry_at:
                 return RETRY_MS
         if self._pos < len(todo):
-            return 0 if end - self._pos >= DELIVER_BATCH else int(todo["deliver"][self._pos]) - now
+            return 0 if self._pos < due else -(-int(self._todo_deliver[self._pos]) // step) * step - now
         if now >= self.window + WINDOW_MS:                   # finished: the next window
             nxt = self.wheel.next_after(self.window)
             self.window = nxt if nxt is not None else window_of(now)
@@ -246,21 +244,20 @@ class TimerScheduler:
         cd, ca = self.cursor
         self._late = int(np.count_nonzero((t_deliver < cd) | ((t_deliver == cd) & (t_arrival <= ca))))
         self._todo, self._pos, self._stale = todo, 0, False
+        self._todo_deliver = t_deliver
         self._below_next = self.enqueued
         if self._late == 0:
             self.below = self.enqueued
 
     def _put(self, batch: np.ndarray) -> None:
-        items = []
-        for phys, size in zip(batch["phys"].tolist(), batch["size"].tolist()):
-            raw = self.read(phys, size)
-            try:
-                items.append(timer_delivery_of(decode_message(raw)) if raw is not None else None)
-            except ValueError:
-                items.append(None)
+        readdress = self.readdress
+        items = [readdress(buf, pos) if buf is not None else None
+                 for buf, pos in read_records(self.read, list(zip(batch["phys"].tolist(),
+                                                                   batch["size"].tolist())))]
         msgs = [m for m in items if m is not None]
         statuses = iter(self.put_all(msgs) if msgs else ())
         acked_at = self.clock()
+        delivers, arrivals = batch["deliver"].tolist(), batch["arrival"].tolist()
         for i, msg in enumerate(items):
             status = next(statuses, None) if msg is not None else None
             if msg is None or status in NEVER:
@@ -276,12 +273,13 @@ class TimerScheduler:
             else:
                 self.delivered += 1
                 if len(self.lag_ms) < 100_000:
-                    self.lag_ms.append(acked_at - int(batch["deliver"][i]))
-            self._advance(batch[i])
+                    self.lag_ms.append(acked_at - delivers[i])
+            self._advance(delivers[i], arrivals[i])
 
-    def _advance(self, entry) -> None:
+    def _advance(self, deliver: int, arrival: int) -> None:
         self._pos += 1
-        key = (int(entry["deliver"]), int(entry["arrival"]))
-        self.cursor = max(self.cursor, key)
+        key = (deliver, arrival)
+        if key > self.cursor:
+            self.cursor = key
         if self._pos >= self._late:
             self.below = self._below_next

@@ -19,7 +19,7 @@ import logging
 
 import numpy as np
 
-from core.record.codec import MIN_RECORD_SIZE
+from core.record.codec import DELAY_LEVEL_MS, MIN_RECORD_SIZE
 from core.log.consume_queue import ENTRY, ENTRY_DTYPE, UNIT_SIZE
 from core.log.index_service import build_key
 from core.record.message import (
@@ -58,13 +58,14 @@ class Dispatcher:
     taken `records` at a time, so that it gives way every few records."""
 
     def __init__(self, commitlog, cq_store, index_service=None, on_arrive=None, give_way=None,
-                 short_steps: tuple[int, int] | None = None):
+                 short_steps: tuple[int, int] | None = None, delay_levels: tuple = DELAY_LEVEL_MS):
         self.commitlog = commitlog
         self.cq_store = cq_store
         self.index_service = index_service
         self.on_arrive = on_arrive
         self.give_way = give_way or _carry_on
         self.short_steps = short_steps
+        self.delay_levels = delay_levels     # the tag codes of delay records (message_delay_level)
         self.last_store_timestamp = 0
 
     def run(self, from_offset: int, limit: int, check_crc: bool = False, progress=None,
@@ -90,7 +91,7 @@ class Dispatcher:
                 end = min(mf.read_position, limit - base)
                 while True:
                     batch = ScanBatch()
-                    pos, why = scan_segment(buf, pos, end, base, check_crc, batch, step)
+                    pos, why = scan_segment(buf, pos, end, base, check_crc, batch, step, self.delay_levels)
                     if apply and batch:
                         self.give_way()
                         self.apply(batch)

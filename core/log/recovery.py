@@ -81,7 +81,7 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
         if progress is not None:
             progress(offset - start, total)
 
-    dispatcher = Dispatcher(commitlog, cq_store, index_service)
+    dispatcher = Dispatcher(commitlog, cq_store, index_service, delay_levels=config.delay_levels_ms)
     check_crc = crc_mode(config) if config.check_crc_on_recover else False
     durable = limit if last_exit_ok else (checkpoint.flushed_phy_offset if checkpoint.valid else 0)
     end = _dispatch_through(dispatcher, commitlog, start, limit, check_crc, on_progress,

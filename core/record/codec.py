@@ -44,8 +44,9 @@ MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 TOTAL_SIZE_SLACK = 64 * 1024   # TOTALSIZE may exceed max_message_size by this much
 # RocketMQ's delay topic: a record of it with a DELAY level gets its delivery time (store
-# timestamp + the level's delay, messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
-# 10m 20m 30m 1h 2h", a level above 18 taken as 18) as consume-queue tag code (reference 2.13).
+# timestamp + the level's delay in the store's message_delay_level, a level above the last taken
+# as the last) as consume-queue tag code (reference 2.13); DELAY_LEVEL_MS is RocketMQ's default
+# messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_MS = (1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000,
                   420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000)
@@ -392,12 +393,13 @@ def parse_record(buf, pos: int, limit: int, check_crc) -> tuple:
     return None, total, h, body_at, topic, props
 
 
-def check_record(buf, pos: int, limit: int, check_crc):
+def check_record(buf, pos: int, limit: int, check_crc, delay_levels: tuple = DELAY_LEVEL_MS):
     """Parse the record at `pos` (not reading past `limit`).
 
     Returns (DispatchRequest, size) for a valid record, (Stop.BLANK, size) for a blank,
     (Stop.END, 0) where no record starts, and (Stop.CORRUPT, size) for a framed
-    record that fails its checks.
+    record that fails its checks. A delay record's tag code comes from `delay_levels` (the
+    store's `message_delay_level` in ms).
     """
     outcome, total, h, _, topic, props = parse_record(buf, pos, limit, check_crc)
     if outcome is not None:
@@ -405,27 +407,36 @@ def check_record(buf, pos: int, limit: int, check_crc):
     store_ts = h[10]
     tag_code = tags_code(props.get(PROPERTY_TAGS))
     if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-        tag_code = _delivery_time(props[PROPERTY_DELAY], store_ts, tag_code)
+        tag_code = _delivery_time(props[PROPERTY_DELAY], store_ts, tag_code, delay_levels)
     return DispatchRequest(
         topic, h[3], h[6], total, tag_code, store_ts, h[5],
         props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY, ""), h[7], h[13]), total
 
 
-def _delivery_time(level: str, store_timestamp: int, tag_code: int) -> int:
+def _delivery_time(level: str, store_timestamp: int, tag_code: int, levels: tuple) -> int:
     """The tag code of a SCHEDULE_TOPIC record with DELAY `level`: its delivery time; `tag_code`
     for a level that is not above 0 (or not a number)."""
     try:
-        n = min(int(level), len(DELAY_LEVEL_MS))
+        n = min(int(level), len(levels))
     except ValueError:
         return tag_code
-    return store_timestamp + DELAY_LEVEL_MS[n - 1] if n > 0 else tag_code
+    return store_timestamp + levels[n - 1] if n > 0 else tag_code
 
 
-def schedule_tag_code(props_raw: bytes, store_timestamp: int, tag_code: int) -> int:
+_DELAY_LABEL = b"\x02" + PROPERTY_DELAY.encode() + b"\x01"
+
+
+def schedule_tag_code(props_raw: bytes, store_timestamp: int, tag_code: int,
+                      levels: tuple = DELAY_LEVEL_MS) -> int:
     """The tag code of a SCHEDULE_TOPIC record from its PROPERTIES bytes (UTF-8) and store
-    time: its delivery time when it has a DELAY level, else `tag_code` (its TAGS hash)."""
-    level = string_to_properties(props_raw.decode("utf-8")).get(PROPERTY_DELAY)
-    return tag_code if level is None else _delivery_time(level, store_timestamp, tag_code)
+    time: its delivery time by `levels` when it has a DELAY level, else `tag_code` (its TAGS hash)."""
+    w, at = b"\x02" + props_raw, -1
+    while (at := w.rfind(_DELAY_LABEL, 0, at if at >= 0 else len(w))) >= 0:   # the last one set
+        end = w.find(b"\x02", at + len(_DELAY_LABEL))
+        level = w[at + len(_DELAY_LABEL):end if end >= 0 else len(w)]
+        if level:
+            return _delivery_time(level, store_timestamp, tag_code, levels)
+    return tag_code
 
 
 def read_i32(buf, pos: int) -> int:

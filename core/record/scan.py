@@ -33,7 +33,7 @@ import numpy as np
 from core.record.body_crc import MAX_ROW, crc32_rows, crc32_spans
 from core.record.codec import (
     MAGIC_BLANK, MAGIC_V1, MIN_RECORD_SIZE, SCHEDULE_TOPIC, DispatchRequest, check_record,
-    schedule_tag_code,
+    DELAY_LEVEL_MS, schedule_tag_code,
 )
 from core.record.crc import crc32
 from core.record.layout import DTYPE_V4, FRAME, HEADER_V4, V6_BITS as _V6_BITS
@@ -120,7 +120,8 @@ def _headers_struct(buf, starts: list[int], base: int, check_crc: bool) -> tuple
     return (n, *cols)
 
 
-def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) -> tuple[int, int]:
+def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch,
+          delay_levels: tuple = DELAY_LEVEL_MS) -> tuple[int, int]:
     """Append the leading records of `starts` that pass the fast path; return (how many,
     where the last of them ends)."""
     headers = _headers_numpy if len(starts) >= NUMPY_MIN_RECORDS else _headers_struct
@@ -156,7 +157,7 @@ def _take(buf, starts: list[int], base: int, check_crc: bool, out: ScanBatch) ->
                 if parsed is None:
                     break
                 tag = parsed[0] if topic != SCHEDULE_TOPIC else \
-                    schedule_tag_code(raw, store_ts[taken], parsed[0])
+                    schedule_tag_code(raw, store_ts[taken], parsed[0], delay_levels)
                 o_tags(tag), o_keys(parsed[1]), o_uniq(parsed[2])
             else:
                 o_tags(0), o_keys(""), o_uniq("")
@@ -324,9 +325,9 @@ def like_run_length(buf, pos: int, base: int | None, total: int, body: int, coun
     return n
 
 
-def _from_check(buf, pos: int, end: int, check_crc: bool):
+def _from_check(buf, pos: int, end: int, check_crc: bool, delay_levels: tuple = DELAY_LEVEL_MS):
     """The general parse, for records the fast path does not take: (row or Stop, size)."""
-    req, size = check_record(buf, pos, end, check_crc)
+    req, size = check_record(buf, pos, end, check_crc, delay_levels)
     if req.__class__ is not DispatchRequest:
         return req, size                  # Stop.BLANK, END or CORRUPT
     return (req.commit_log_offset, req.msg_size, req.topic, req.queue_id,
@@ -335,10 +336,11 @@ def _from_check(buf, pos: int, end: int, check_crc: bool):
 
 
 def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanBatch,
-                 max_records: int) -> tuple[int, str]:
+                 max_records: int, delay_levels: tuple = DELAY_LEVEL_MS) -> tuple[int, str]:
     """Append the valid records of `buf[pos:end]` to `out` (while it holds < `max_records`).
 
     `base` is the segment's first physical offset: a record must say it lies at base + pos.
+    `delay_levels`: the store's delay levels in ms, for the tag codes of delay records.
     Returns (position reached, Stop); for BLANK the position is that of the filler.
     """
     while pos < end:
@@ -352,7 +354,7 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
                 continue
         starts = _walk(buf, pos, end, room)
         if starts:
-            taken, reached = _take(buf, starts, base, check_crc, out)
+            taken, reached = _take(buf, starts, base, check_crc, out, delay_levels)
             if taken:
                 pos = reached
                 if taken == len(starts):
@@ -362,7 +364,7 @@ def scan_segment(buf, pos: int, end: int, base: int, check_crc: bool, out: ScanB
         total, magic = _FRAME.unpack_from(buf, pos)
         if magic == MAGIC_BLANK and 8 <= total <= end - pos:
             return pos, Stop.BLANK
-        row, size = _from_check(buf, pos, end, check_crc)
+        row, size = _from_check(buf, pos, end, check_crc, delay_levels)
         if row.__class__ is not tuple:
             return pos, row
         if row[0] != base + pos:

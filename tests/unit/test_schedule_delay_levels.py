@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from core import Message
 from core.record.codec import SCHEDULE_TOPIC
@@ -192,3 +193,41 @@ def test_batch_groups_split_where_a_batch_may_not_go():
             m("b", body=b"y" * 10), m("b", body=b"y" * 10)]
     assert batch_groups(msgs, 12) == [[0, 2], [1], [3], [4], [5, 7], [6], [8]]
     assert batch_groups(msgs[:3], 100) == [[0, 2], [1]] and batch_groups([], 10) == []
+
+
+PAIR = st.tuples(st.sampled_from(["DELAY", "x", "DELAYx", "xDELAY", "TAGS"]),
+                 st.sampled_from(["", "1", "3", "-1", "0", "40", "a", "2 "]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs=st.lists(PAIR, max_size=6), trailing=st.booleans(),
+       levels=st.sampled_from([(1000, 2000, 3000), (5000,)]))
+def test_schedule_tag_code_reads_delay_as_the_property_map_does(pairs, trailing, levels):
+    """The dispatcher's byte search for DELAY (core.record.codec.schedule_tag_code) against the
+    property map every other reader builds (string_to_properties: the last non-empty value)."""
+    from core.record.codec import schedule_tag_code
+    from core.record.message import string_to_properties
+    raw = "\x02".join(f"{k}\x01{v}" for k, v in pairs) + ("\x02" if trailing and pairs else "")
+    level = string_to_properties(raw).get("DELAY")
+    try:
+        n = min(int(level), len(levels)) if level is not None else 0
+    except ValueError:
+        n = 0
+    want = 1_000_000 + levels[n - 1] if n > 0 else 77
+    assert schedule_tag_code(raw.encode(), 1_000_000, 77, levels) == want
+
+
+def test_a_body_over_a_lowered_size_limit_is_skipped_not_delivered(tiny_config, open_store):
+    """max_message_size lowered while messages wait (a runtime key): the one whose body is now
+    over it is refused for good (skipped, counted) as a put of it would be; the others go."""
+    store = open_store(tiny_config(message_delay_level="1s"))
+    for body in (b"small", b"L" * 600, b"tiny"):
+        assert store.put_message(Message("t", body, properties={"DELAY": "1"})).ok
+    store.config = store.config.replace(max_message_size=512)
+    got, _ = _pull_all(store, "t", 0, 2)
+    assert [m.body for m in got] == [b"small", b"tiny"]
+    job = store.schedule_service.job
+    deadline = time.monotonic() + 5
+    while job.skipped < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert job.skipped == 1 and job.delivered == 2

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from core import Message, MessageStore, StoreConfig
 from core.delay.put import TIMER_TOPIC
+from core.delay.reput_record import EncodedRun
 from core.delay.timer_job import TimerScheduler
 from core.delay.timer_wheel import WINDOW_MS
 
@@ -57,7 +58,7 @@ def test_every_timer_delivered_on_time(offsets, steps):
         def put_all(msgs):
             out = []
             for m in msgs:
-                r = store.put_message(m)
+                r = store.put_encoded(EncodedRun([m]))
                 if r.ok:
                     delivered.append((m.body, clock.t))
                 out.append(r.status)
@@ -96,6 +97,55 @@ def test_every_timer_delivered_on_time(offsets, steps):
         if not crashed:
             assert len(bodies) == len(due)                    # none twice
             assert bodies == sorted(bodies, key=lambda b: (due[b], b))
+    finally:
+        store.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step=st.sampled_from([1, 100, 250, 1000]),
+       offsets=st.lists(st.integers(0, 2 * WINDOW_MS), min_size=1, max_size=25),
+       lags=st.lists(st.integers(0, 40), min_size=1, max_size=8))
+def test_timers_come_at_the_first_step_at_or_after_their_time(step, offsets, lags):
+    """timer_precision_ms honoured: the job, woken when it asks (plus a little lateness), delivers
+    each timer at the first multiple of the step at or after its time (never before, less than
+    one step after it, a whole slot together)."""
+    root = tempfile.mkdtemp(prefix="mqstore-timer-step-")
+    cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commitlog=1 << 20,
+                      mapped_file_size_consume_queue=20 * 1000, timer_precision_ms=step)
+    store = MessageStore(cfg)
+    store.load()
+    store.start()
+    store.schedule_service.stop()
+    try:
+        base = (time.time_ns() // 1_000_000 + 3_600_000) // 1000 * 1000 + 1   # not on a boundary
+        due = {}
+        for off in offsets:
+            body = b"m%03d" % len(due)
+            assert store.put_message(Message("t", body, properties={"TIMER_DELIVER_MS": str(base + off)})).ok
+            due[body] = base + off
+        assert store.wait_for_dispatch()
+        clock = Clock(base - 500)
+        delivered = {}
+
+        def put_all(msgs):
+            for m in msgs:
+                delivered.setdefault(m.body, clock.t)
+            return [store.put_encoded(EncodedRun([m])).status for m in msgs]
+        job = TimerScheduler(root, lambda: store.cq_store.find(TIMER_TOPIC, 0), store.commitlog.read,
+                             put_all, store.fileops, clock, precision_ms=step)
+        job.load()
+        i = 0
+        while len(delivered) < len(due) and clock.t < base + 3 * WINDOW_MS:
+            wait = job.run_once()
+            late = lags[i % len(lags)] if wait else 0         # a thread wakes a little late
+            clock.t += wait + late
+            i += 1
+        assert set(delivered) == set(due)
+        for body, at in delivered.items():
+            boundary = -(-due[body] // step) * step
+            assert due[body] <= at                             # never early
+            assert boundary <= at <= boundary + max(lags)      # at its step, but for lateness
     finally:
         store.shutdown()
         shutil.rmtree(root, ignore_errors=True)

@@ -124,3 +124,23 @@ def test_a_million_pending_timers_with_bounded_memory(tiny_config, open_store):
     wheel = os.path.join(cfg.store_path_root_dir, DIR_NAME)
     assert sum(os.path.getsize(os.path.join(wheel, f)) for f in os.listdir(wheel)
                if f.isdigit()) == n * 28
+
+
+def test_short_precision_step_honoured(tiny_config, open_store):
+    """timer_precision_ms = 200: each timer stored at the first 200 ms boundary at or after its
+    time (plus the put's own time), never before it."""
+    store = open_store(tiny_config(timer_precision_ms=200))
+    rng = random.Random(7)
+    due = {}
+    for i in range(30):
+        at = now_ms() + 300 + rng.randrange(1500)
+        assert store.put_message(Message("p", b"s%02d" % i, properties={"TIMER_DELIVER_MS": str(at)})).ok
+        due[b"s%02d" % i] = at
+    got, _ = pull_until(store, "p", len(due))
+    assert {m.body for m in got} == set(due)
+    late = []
+    for m in got:
+        boundary = -(-due[m.body] // 200) * 200
+        assert m.store_timestamp >= boundary                   # never before its step
+        late.append(m.store_timestamp - boundary)
+    assert sorted(late)[len(late) // 2] < 100                  # at the step (a loaded machine: median)
