@@ -211,3 +211,19 @@ def test_a_full_disk_is_an_oserror_at_the_write_and_the_entry_goes_in_when_space
         assert cqs.find("Fresh", 0).get_entry(0) == (5, 10, 0)
         cqs.flush(0)
         cqs.shutdown()
+
+
+def test_an_entry_that_ends_past_the_data_s_last_block_is_kept(tmp_path):
+    """Entry 204 spans bytes 4080-4100; a file whose last 8 bytes of it (a zero tag code) were
+    never written ends its data at 4096, and the search took 4096 // 20 = 204 for the bound."""
+    qdir = tmp_path / "T" / "0"
+    qdir.mkdir(parents=True)
+    path = qdir / ("0" * 20)
+    path.write_bytes((ENTRY.pack(0, BLANK_SIZE, 0) * 204 + ENTRY.pack(5, 10, 0)).rstrip(b"\0"))
+    os.truncate(path, 500 * UNIT_SIZE)
+    cq = ConsumeQueue("T", 0, str(tmp_path), 500 * UNIT_SIZE, REAL_FILE_OPS)
+    cq.load()
+    cq.recover()
+    assert cq.get_max_offset_in_queue() == 205
+    assert cq.get_entry(204) == (5, 10, 0) and cq.max_physic_offset == 15
+    cq.shutdown()
