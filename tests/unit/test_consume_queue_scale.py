@@ -227,3 +227,23 @@ def test_an_entry_that_ends_past_the_data_s_last_block_is_kept(tmp_path):
     assert cq.get_max_offset_in_queue() == 205
     assert cq.get_entry(204) == (5, 10, 0) and cq.max_physic_offset == 15
     cq.shutdown()
+
+
+def test_reading_a_cold_queue_maps_nothing_and_sees_what_a_mapping_would(tmp_path):
+    """A pull from a queue whose segment is not mapped reads it with pread: the window keeps
+    the hot queues, and a new entry written after is read at once (the same page cache)."""
+    cqs = ConsumeQueueStore(str(tmp_path / "cq"), 20 * 50, REAL_FILE_OPS, window_capacity=4)
+    cqs.load()
+    for q in range(10):
+        cqs.put_entries("T", q, 0, ENTRY.pack(100 * q, 10, q), 100 * q + 10)
+    cqs.flush(0)
+    cqs.shutdown()
+    cold = ConsumeQueueStore(str(tmp_path / "cq"), 20 * 50, REAL_FILE_OPS, window_capacity=4)
+    cold.recover()
+    for q in range(10):
+        assert cold.find("T", q).get_entry(0) == (100 * q, 10, q)
+    assert cold.window.mapped_count() == 0
+    assert not any(mf.is_mapped for cq in cold.queues.values() for mf in cq.queue.files)
+    cold.put_entries("T", 3, 1, ENTRY.pack(900, 5, 0), 905)       # maps queue 3 to write
+    assert cold.find("T", 3).get_entries(0, 8) == ENTRY.pack(300, 10, 3) + ENTRY.pack(900, 5, 0)
+    cold.shutdown()
