@@ -18,8 +18,9 @@ sets (so the index holds every message), built before the clock starts:
 - pull: every queue read once from offset 0 (`get_message`, 32 at a time, until a pull finds
   nothing), messages/s and pull requests/s (with one message a queue, every message is a pull
   of its own and one more finds the end, where 4 topics take 32 a pull);
-- restart (embedded): `shutdown()`, then a new store's `load()` + `start()`, seconds; RSS and
-  open files of the process after the restart and after reading every queue once;
+- restart (embedded): `shutdown()`, then a new store's `load()` + `start()` in a new process
+  (as an application restarts), seconds; RSS and open files of that process after the
+  restart and after reading every queue once;
 - restart (`mqstore start`, unless --no-supervised): seconds from the command to its ready
   line on the same store; RSS and open files of every process after the restart and after
   reading every queue once through the reader;
@@ -191,8 +192,36 @@ class Supervised:
                 self.proc.wait()
 
 
-def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: bool) -> dict:
+def restart_embedded(store_dir: str, queues: int, per_topic: int, total: int) -> dict:
+    """`load()` + `start()` of the embedded store at `store_dir`, then every queue read once:
+    seconds, and RSS and open files of this process after each."""
     me = psutil.Process()
+    keys = keys_for(queues, per_topic)
+    out = {}
+    t0 = time.perf_counter()
+    store = MessageStore(StoreConfig(store_path_root_dir=store_dir))
+    store.load()
+    store.start()
+    out["restart_embedded_s"] = round(time.perf_counter() - t0, 2)
+    out["embedded_after_restart"] = proc_use(me)
+    got, _, _ = pull_all(store, keys)
+    assert got == total, (got, total)
+    out["embedded_after_reading_all"] = proc_use(me)
+    store.shutdown()
+    return out
+
+
+def restart_in_child(store_dir: str, queues: int, per_topic: int, total: int) -> dict:
+    """`restart_embedded` in a new process, as an application restarts: measured in the
+    process that put the messages, RSS counted what the puts had left in its heap."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--restart-child", store_dir,
+                          "--queues", str(queues), "--queues-per-topic", str(per_topic),
+                          "--messages", str(total)], cwd=REPO, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: bool) -> dict:
     keys = keys_for(queues, per_topic)
     case = {"queues": len(keys), "topics": -(-len(keys) // per_topic), "messages_per_queue": messages}
     cfg = StoreConfig(store_path_root_dir=os.path.join(root, "store"))
@@ -214,16 +243,7 @@ def run_case(root: str, queues: int, messages: int, per_topic: int, supervised: 
     case["index_mb"] = round(blocks(cfg.index_dir) / 1e6, 2)
     case["commitlog_mb"] = round(blocks(cfg.commitlog_dir) / 1e6, 2)
 
-    t0 = time.perf_counter()
-    store = MessageStore(cfg)
-    store.load()
-    store.start()
-    case["restart_embedded_s"] = round(time.perf_counter() - t0, 2)
-    case["embedded_after_restart"] = proc_use(me)
-    got, _, _ = pull_all(store, keys)
-    assert got == n, (got, n)
-    case["embedded_after_reading_all"] = proc_use(me)
-    store.shutdown()
+    case.update(restart_in_child(cfg.store_path_root_dir, len(keys), per_topic, n))
 
     if supervised:
         sup = Supervised(cfg.store_path_root_dir)
@@ -282,6 +302,7 @@ def parse_args(argv=None):
     ap.add_argument("--dir", default=None, help="parent of the temporary stores (a real disk)")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     ap.add_argument("--no-supervised", action="store_true", help="skip the `mqstore start` restart")
+    ap.add_argument("--restart-child", default=None, help=argparse.SUPPRESS)   # restart_in_child
     args = ap.parse_args(argv)
     try:
         args.queue_counts = [int(x) for x in args.queues.split(",")]
@@ -297,6 +318,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.restart_child:
+        print(json.dumps(restart_embedded(args.restart_child, args.queue_counts[0],
+                                          args.queues_per_topic, args.message_counts[0])))
+        return 0
     parent = tempfile.mkdtemp(prefix="mqstore-scale-", dir=args.dir)
     results = []
     try:

@@ -144,8 +144,7 @@ class MessageStore:
         try:
             check_store_format(cfg, self.fileops)
             last_exit_ok = not self.abort_file.exists()
-            self.commitlog.queue.load()
-            self.cq_store.load()
+            self.commitlog.queue.load()         # the consume queues: in recovery's one walk
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path, self.fileops)
             if self.index_service is not None:
                 self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
@@ -164,9 +163,9 @@ class MessageStore:
         """Dispatch what the consume queues on disk do not cover yet, then persist the result."""
         end = self.commitlog.get_max_offset()
         start = max(self.cq_store.max_physic_offset(), self.commitlog.get_min_offset(), 0)
-        if start < end:
+        if start < end:                          # else recovery's table stands
             self.dispatcher.run(start, end)
-        rebuild_topic_queue_table(self.commitlog, self.cq_store)
+            rebuild_topic_queue_table(self.commitlog, self.cq_store)
         self.persist_dispatched(end)
 
     def start(self) -> None:

@@ -80,8 +80,7 @@ class Reput(ServiceLoop):
                                cfg.page_cache_window_commitlog, cb.get(Word.DISPATCHED))
         self.cq_store = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mapped_file_size_consume_queue,
                                           REAL_FILE_OPS)
-        self.cq_store.load()
-        self.cq_store.recover()
+        self.cq_store.recover()                  # lists and recovers the queues in one walk
         self.cq_store.correct_min_offset(max(cb.get(Word.MIN_PHY), 0))
         reflush_from(self.cq_store, cb.get(Word.DISPATCHED_DURABLE))
         self.index = None

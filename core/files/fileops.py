@@ -82,6 +82,11 @@ class Mapping:
             n = os.pwrite(self._fd, view, pos)
             view, pos = view[n:], pos + n
 
+    def allocate(self, lo: int, hi: int) -> None:
+        """Give bytes [lo, hi) of the file blocks (posix_fallocate), so that stores through
+        the mapping there cannot meet a full disk (a SIGBUS); raises OSError(ENOSPC) instead."""
+        os.posix_fallocate(self._fd, lo, hi - lo)
+
     def flush(self, lo: int = 0, hi: int | None = None) -> None:
         """Make bytes [lo, hi) durable. fdatasync releases the GIL, unlike mmap.flush (DESIGN.md 4)."""
         os.fdatasync(self._fd)
@@ -146,15 +151,18 @@ class FileOps:
     def open_reader(self, path: str) -> FileReader:
         return FileReader(path)
 
-    def create_file(self, path: str, size: int) -> None:
+    def create_file(self, path: str, size: int, allocate: int | None = None) -> None:
         """Create `path` whole and atomically: `*.tmp`, fallocate, fsync, rename, fsync the directory.
 
         Raises OSError(ENOSPC) on a full disk here, at creation, rather than SIGBUS later.
+        With `allocate`, the file has `size` bytes but blocks for its first `allocate` only (the
+        rest reads as zeros; its owner allocates it ahead of its writes with `Mapping.allocate`).
         """
         tmp = path + TMP_SUFFIX
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.posix_fallocate(fd, 0, size)
+            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size if allocate is None else min(allocate, size))
             os.fsync(fd)
         except BaseException:
             os.close(fd)

@@ -191,18 +191,21 @@ class MappedFile:
     def zero(self, lo: int, hi: int) -> None:
         """Zero [lo, hi) and flush it, so that truncated bytes can never come back. Holes the
         file system reports are zero already and are not read (reading them through the
-        mapping would fault in a page cache page for each 4 KiB: seconds for a 1 GiB tail)."""
+        mapping would fault in a page cache page for each 4 KiB: seconds for a 1 GiB tail);
+        the others are read with pread, so that a tail of zeros (every normal start's) does
+        not become 1 GiB of the process's resident memory."""
         buf = self.hold()
         try:
             step = 1 << 20
             dirty = False
-            for a, b in self._mapping.data_ranges(lo, hi):
-                for p in range(a, b, step):
-                    n = min(step, b - p)
-                    zeros = bytes(n)
-                    if buf[p:p + n] != zeros:      # skip ranges that are zero already
-                        buf[p:p + n] = zeros
-                        dirty = True
+            with self._fileops.open_reader(self.path) as reader:
+                for a, b in reader.data_ranges(lo, hi):
+                    for p in range(a, b, step):
+                        n = min(step, b - p)
+                        zeros = bytes(n)
+                        if reader.read(p, n) != zeros:      # skip ranges that are zero already
+                            buf[p:p + n] = zeros
+                            dirty = True
             if dirty:
                 self._mapping.flush(lo - lo % PAGE_SIZE, hi)
         finally:

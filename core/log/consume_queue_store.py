@@ -38,28 +38,51 @@ class ConsumeQueueStore:
         self.window = MappingWindow(window_capacity)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._written: set[ConsumeQueue] = set()     # written since the last flush looked
+        self.loaded = False                             # `load` or `recover` listed the queues
         self._lock = threading.Lock()
 
     def load(self) -> None:
+        """Open every queue found under the root (each queue's file listing, nothing read)."""
+        for key in self._queue_names():
+            self._open(*key).load()
+        self.loaded = True
+
+    def _queue_names(self) -> list[tuple[str, int]]:
+        """(topic, queue id) of every queue directory, from the directory listings alone."""
         self.fileops.make_dirs(self.root_dir)
-        for topic in _subdirs(self.root_dir):
-            for qid in _subdirs(os.path.join(self.root_dir, topic)):
-                if qid.isdigit():
-                    cq = self._new(topic, int(qid))
-                    cq.load()
-                    self.queues[topic, int(qid)] = cq
+        return [(topic, int(qid)) for topic in _subdirs(self.root_dir)
+                for qid in _subdirs(os.path.join(self.root_dir, topic)) if qid.isdigit()]
+
+    def _open(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues[topic, queue_id] = self._new(topic, queue_id)
+        return cq
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(topic, queue_id, self.root_dir, self.mapped_file_size, self.fileops,
                             window=self.window)
 
-    def recover(self, progress=None) -> None:
-        """Recover every queue (its tail only); `progress(done, total)` counts queues."""
-        queues = list(self.queues.values())
-        for i, cq in enumerate(queues):
-            cq.recover()
-            if progress is not None and (i % 1000 == 999 or i == len(queues) - 1):
-                progress(i + 1, len(queues))
+    def recover(self, progress=None, log_limit: int | None = None, commitlog=None) -> dict:
+        """Recover every queue (its tail only); `progress(done, total)` counts queues.
+
+        A store not loaded yet is loaded in the same walk, each queue listed and recovered in
+        turn (a store's start: the three walks of load, damage check and recovery were most of
+        a 10,000-queue restart). With `log_limit` (the CommitLog's end) each queue's entries
+        are checked for damage on the bytes its recovery reads (`ConsumeQueue.recover`; against
+        the records' headers too with `commitlog`); return
+        {(topic, queue id): the physical offset to dispatch again from} for the damaged ones."""
+        todo = list(self.queues.values()) if self.loaded else self._queue_names()
+        opening, self.loaded = not self.loaded, True
+        redo = {}
+        for i, item in enumerate(todo):
+            if opening:
+                item = self._open(*item)
+                item.load()
+            restart = item.recover(log_limit, commitlog)
+            if restart is not None:
+                redo[item.topic, item.queue_id] = restart
+            if progress is not None and (i % 1000 == 999 or i == len(todo) - 1):
+                progress(i + 1, len(todo))
+        return redo
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
@@ -132,8 +155,16 @@ class ConsumeQueueStore:
             if cq.max_physic_offset > phys_offset:
                 cq.truncate_dirty_logic_files(phys_offset)
 
-    def topic_queue_table(self) -> dict[tuple[str, int], int]:
-        return {key: cq.get_max_offset_in_queue() for key, cq in self.queues.items()}
+    def topic_queue_table(self, min_commitlog_offset: int | None = None) -> dict[tuple[str, int], int]:
+        """{(topic, queue id): max offset} of every queue; with `min_commitlog_offset`, each
+        queue's start is moved past records gone from the CommitLog first, in the same walk
+        (`ConsumeQueue.correct_min_offset`)."""
+        table = {}
+        for key, cq in self.queues.items():
+            if min_commitlog_offset is not None:
+                cq.correct_min_offset(min_commitlog_offset)
+            table[key] = cq.get_max_offset_in_queue()
+        return table
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         for cq in self.queues.values():

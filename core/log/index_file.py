@@ -12,7 +12,15 @@ The mapped buffer is the only copy of the header: every put rewrites it in place
 in another process mapping the same file sees the header as of the last put (a batch of
 keys, `put_hashed`, writes it once at its end; entries and slots go first, and a slot that
 points past the header's count is followed back through its entries' links). `flush` makes
-the whole file durable. Only key hashes are stored: a lookup can return the offset of a
+the whole file durable.
+
+The file has its full size from creation (RocketMQ reads it as it is: zeros where nothing was
+written) but takes disk as it fills: header and slot table get their blocks at creation, the
+entry area `ALLOCATE_STEP` bytes at a time ahead of the writer (`posix_fallocate`, through
+`Mapping.allocate`), so a store with few keys does not pay 420 MB of disk for its index, and a
+full disk is an OSError(ENOSPC) before an entry is written, never a SIGBUS at a store into a
+hole. Allocated whole, an index file cost 420 MB of disk for any number of keys; now 20 MB
+(the slot table) plus what is written, rounded up to the step. Only key hashes are stored: a lookup can return the offset of a
 different key with the same Java hash, and callers re-check the key on the record they read.
 
 `truncate` is ours, not RocketMQ's: it undoes appends from the newest backwards so that after
@@ -32,6 +40,7 @@ HEADER_SIZE = 40
 SLOT_SIZE = 4
 ENTRY_SIZE = 20
 INT32_MAX = (1 << 31) - 1
+ALLOCATE_STEP = 1 << 20              # entry-area bytes allocated ahead of the writer (52,428 entries)
 
 _HEADER = struct.Struct(">qqqqii")   # begin ts, end ts, begin phys, end phys, slot count, count
 _ENTRY = struct.Struct(">iqii")      # key hash, phys offset, time diff (s), prev index
@@ -60,8 +69,8 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 class IndexFile:
     """A mapped index file of `hash_slot_num` slots and room for `index_num - 1` entries.
 
-    `create=True` creates the file whole (zero-filled) through `fileops` and writes a fresh
-    header; its begin/end phys offset and timestamps start from `prev_end_phy_offset` and
+    `create=True` creates the file (zero-filled, blocks for header, slots and a first step of
+    entries) through `fileops` and writes a fresh header; its begin/end phys offset and timestamps start from `prev_end_phy_offset` and
     `prev_end_timestamp` when those are > 0 (the previous file's end values). Otherwise the
     existing file is mapped; a file of the wrong size is refused with ValueError.
     """
@@ -79,7 +88,8 @@ class IndexFile:
         self._fileops = fileops
         self._entries_pos = HEADER_SIZE + hash_slot_num * SLOT_SIZE
         if create:
-            fileops.create_file(path, self.size)
+            self._allocated = min(self.size, self._entries_pos + ALLOCATE_STEP)
+            fileops.create_file(path, self.size, allocate=self._allocated)
         else:
             actual = os.path.getsize(path)
             if actual != self.size:
@@ -87,6 +97,10 @@ class IndexFile:
                     f"index file {path} has {actual} bytes, expected {self.size} for "
                     f"{hash_slot_num} hash slots and {index_num} entries (wrong file or settings)")
         self._mapping = fileops.map_file(path, self.size)
+        if not create:
+            # Entries below the count were written, so have blocks; the first put allocates
+            # from there (a range allocated already costs nothing).
+            self._allocated = self._entry_pos(self.index_count)
         if create:
             # Keys land in random slots: fault the whole slot table in now, in one call,
             # rather than a page at a time on the first puts.
@@ -168,18 +182,29 @@ class IndexFile:
         end: a writer killed in between leaves slots pointing past the header's count, at whole
         entries whose chains lead back below it (`_live_head` follows them). `NUMPY_MIN_KEYS`
         keys or more are put together with numpy (one copy for the entries, one scatter for
-        the slots), fewer one at a time; both write the same bytes.
+        the slots), fewer one at a time; both write the same bytes. Raises OSError(ENOSPC),
+        with nothing written, when the disk has no room for the entries (`_allocate_upto`).
         """
         header = self._header()
         stop = min(len(hashes), start + self.index_num - header[5])
         if stop <= start:
             return start
+        self._allocate_upto(self._entry_pos(header[5] + stop - start))
         put = self._put_numpy if stop - start >= NUMPY_MIN_KEYS else self._put_each
         begin_ts, begin_phy, slot_count, count = put(hashes, offsets, timestamps, start, stop,
                                                      header)
         _HEADER.pack_into(self._mapping.buf, 0, begin_ts, int(timestamps[stop - 1]), begin_phy,
                           int(offsets[stop - 1]), slot_count, count)
         return stop
+
+    def _allocate_upto(self, end: int) -> None:
+        """Make sure bytes below `end` have blocks, allocating at least `ALLOCATE_STEP` more
+        (page-aligned, within the file); OSError(ENOSPC) on a full disk, nothing written."""
+        if end <= self._allocated:
+            return
+        new_end = min(self.size, -(-max(end, self._allocated + ALLOCATE_STEP) // 4096) * 4096)
+        self._mapping.allocate(self._allocated, new_end)
+        self._allocated = new_end
 
     def _put_each(self, hashes, offsets, timestamps, start: int, stop: int, header) -> tuple:
         """Entries and slots of keys [start, stop), one at a time; (begin ts, begin phys, slot

@@ -159,7 +159,7 @@ class IndexService:
         bytes (numpy uint8, one key a row; see `core.record.hashing.index_key_hashes`).
 
         Keys of records already indexed are skipped (see the module docstring). Raises OSError
-        when a new file cannot be created (a full disk); the keys put before that stay, and
+        when a new file cannot be created or the last one cannot grow (a full disk); the keys put before that stay, and
         re-dispatching the records adds the missing ones.
         """
         start = self._first_not_indexed(offsets)

@@ -29,7 +29,6 @@ from core.record.codec import (
 )
 from core.log.dispatch import Dispatcher
 from core.log.quarantine import Quarantined, damage_reason, keep, next_record
-from core.log.queue_check import damaged_queues
 from core.record.crc_property import crc_mode
 
 log = logging.getLogger(__name__)
@@ -58,8 +57,8 @@ def recover_store(commitlog, cq_store, index_service, checkpoint, config, last_e
     """
     report = RecoveryReport(abnormal=not last_exit_ok, checkpoint_valid=checkpoint.valid)
     files = commitlog.queue.files
-    redo = damaged_queues(cq_store, commitlog.get_max_offset(), commitlog) if files else {}
-    cq_store.recover(getattr(progress, "queues", None))       # ProgressBar.queues: counts queues
+    redo = cq_store.recover(getattr(progress, "queues", None),   # ProgressBar.queues: counts queues
+                            commitlog.get_max_offset() if files else None, commitlog)
     if not files:
         cq_store.destroy()
         if index_service is not None:
@@ -281,8 +280,7 @@ def truncate_all(commitlog, cq_store, index_service, end: int) -> None:
 
 
 def rebuild_topic_queue_table(commitlog, cq_store) -> None:
-    cq_store.correct_min_offset(max(commitlog.get_min_offset(), 0))
-    commitlog.topic_queue_table = cq_store.topic_queue_table()
+    commitlog.topic_queue_table = cq_store.topic_queue_table(max(commitlog.get_min_offset(), 0))
 
 
 def truncate_diverged(store, offset: int) -> None:

@@ -216,6 +216,9 @@ class RecordingMapping(Mapping):
     def lock_in_memory(self) -> bool:
         return False
 
+    def allocate(self, lo: int, hi: int) -> None:
+        """An image has no holes: every byte has its space."""
+
     def write(self, pos: int, data) -> None:
         """pwrite: into the page cache (`live`), as a store through the mapping is."""
         self.buf[pos:pos + len(data)] = data
@@ -297,7 +300,7 @@ class RecordingFileOps(FileOps):
             raise ValueError(f"mmap length {size} is greater than file size {length}: {key}")
         return RecordingMapping(image, size, writable, self._flush_range)
 
-    def create_file(self, path: str, size: int) -> None:
+    def create_file(self, path: str, size: int, allocate: int | None = None) -> None:
         key = self._key(path)
         with self._lock:
             self._check_alive()
@@ -306,7 +309,8 @@ class RecordingFileOps(FileOps):
             tmp = key + TMP_SUFFIX
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.posix_fallocate(fd, 0, size)
+                os.ftruncate(fd, size)
+                os.posix_fallocate(fd, 0, size if allocate is None else min(allocate, size))
             except BaseException:
                 os.close(fd)
                 os.unlink(tmp)

@@ -35,9 +35,9 @@ class FullDisk(FileOps):
         if self.full and ("consumequeue" in parts or "index" in parts):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
-    def create_file(self, path, size):
+    def create_file(self, path, size, **kwargs):
         self.refuse(path)
-        return super().create_file(path, size)
+        return super().create_file(path, size, **kwargs)
 
     def create_sparse_file(self, path, size):
         self.refuse(path)

@@ -19,10 +19,10 @@ from core.status import PutMessageStatus
 class FullDisk(FileOps):
     full = False
 
-    def create_file(self, path, size):
+    def create_file(self, path, size, **kwargs):
         if self.full and os.sep + "commitlog" + os.sep in path:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-        return super().create_file(path, size)
+        return super().create_file(path, size, **kwargs)
 
 
 def test_enospc_on_the_first_segment_sets_disk_full(tiny_config, open_store):

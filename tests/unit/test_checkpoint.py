@@ -70,9 +70,9 @@ def test_flush_goes_through_mapping_flush(tmp_path):
     calls = []
 
     class Recording(FileOps):
-        def create_file(self, path, size):
+        def create_file(self, path, size, **kwargs):
             calls.append(("create_file", path, size))
-            super().create_file(path, size)
+            super().create_file(path, size, **kwargs)
 
         def map_file(self, path, size, writable=True):
             mapping = super().map_file(path, size, writable)

@@ -211,3 +211,39 @@ def test_a_full_disk_is_an_oserror_at_the_write_and_the_entry_goes_in_when_space
         assert cqs.find("Fresh", 0).get_entry(0) == (5, 10, 0)
         cqs.flush(0)
         cqs.shutdown()
+
+
+def test_an_entry_that_ends_past_the_data_s_last_block_is_kept(tmp_path):
+    """Entry 204 spans bytes 4080-4100; a file whose last 8 bytes of it (a zero tag code) were
+    never written ends its data at 4096, and the search took 4096 // 20 = 204 for the bound."""
+    qdir = tmp_path / "T" / "0"
+    qdir.mkdir(parents=True)
+    path = qdir / ("0" * 20)
+    path.write_bytes((ENTRY.pack(0, BLANK_SIZE, 0) * 204 + ENTRY.pack(5, 10, 0)).rstrip(b"\0"))
+    os.truncate(path, 500 * UNIT_SIZE)
+    cq = ConsumeQueue("T", 0, str(tmp_path), 500 * UNIT_SIZE, REAL_FILE_OPS)
+    cq.load()
+    cq.recover()
+    assert cq.get_max_offset_in_queue() == 205
+    assert cq.get_entry(204) == (5, 10, 0) and cq.max_physic_offset == 15
+    cq.shutdown()
+
+
+def test_reading_a_cold_queue_maps_nothing_and_sees_what_a_mapping_would(tmp_path):
+    """A pull from a queue whose segment is not mapped reads it with pread: the window keeps
+    the hot queues, and a new entry written after is read at once (the same page cache)."""
+    cqs = ConsumeQueueStore(str(tmp_path / "cq"), 20 * 50, REAL_FILE_OPS, window_capacity=4)
+    cqs.load()
+    for q in range(10):
+        cqs.put_entries("T", q, 0, ENTRY.pack(100 * q, 10, q), 100 * q + 10)
+    cqs.flush(0)
+    cqs.shutdown()
+    cold = ConsumeQueueStore(str(tmp_path / "cq"), 20 * 50, REAL_FILE_OPS, window_capacity=4)
+    cold.recover()
+    for q in range(10):
+        assert cold.find("T", q).get_entry(0) == (100 * q, 10, q)
+    assert cold.window.mapped_count() == 0
+    assert not any(mf.is_mapped for cq in cold.queues.values() for mf in cq.queue.files)
+    cold.put_entries("T", 3, 1, ENTRY.pack(900, 5, 0), 905)       # maps queue 3 to write
+    assert cold.find("T", 3).get_entries(0, 8) == ENTRY.pack(300, 10, 3) + ENTRY.pack(900, 5, 0)
+    cold.shutdown()

@@ -37,6 +37,9 @@ class _BufferMapping:
     def populate(self, length=None) -> None:
         """Nothing to prefault in memory."""
 
+    def allocate(self, lo: int, hi: int) -> None:
+        """A bytearray has its space."""
+
     def close(self) -> None:
         self.buf = None
 

@@ -46,12 +46,12 @@ def _no_space(trigger: str) -> None:
     from core.files.fileops import FileOps, Mapping
     real = FileOps.create_file
 
-    def create_file(self, path, size):
+    def create_file(self, path, size, **kwargs):
         parts = path.split(os.sep)
         if os.path.exists(trigger) and ("consumequeue" in parts or "index" in parts):
             open(trigger + ".fired", "a").close()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-        return real(self, path, size)
+        return real(self, path, size, **kwargs)
 
     def failing(real_call, path_of):
         def call(self, *args):
