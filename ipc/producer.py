@@ -64,6 +64,7 @@ from ipc.uniq_keys import UNIQ_KEY, UNIQ_KEYS, UniqKeyGenerator  # noqa: F401  (
 
 TOPIC_INFO_TTL_S = 30.0
 UNKNOWN_TOPIC_TTL_S = 1.0
+GOOD_TOPICS_MAX = 10_000        # topic names remembered as checked
 RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
@@ -239,6 +240,7 @@ class Producer:
         self.default_topic_queues = default_topic_queues
         self._queues: dict = {}         # topic -> (queue count or None, expires at)
         self._selector = QueueSelector(self.queue_count)
+        self._good_topics: set = set()  # names check_send_topic passed (send_async's fast path)
         self._batcher = AutoBatcher(self._conn, linger_ms, batch_max_bytes, buffer_max_bytes,
                                     self.select_queue) if auto_batch else None
 
@@ -300,10 +302,20 @@ class Producer:
         `timeout`, the message not sent). `delay_level`, `deliver_at`, `delay_ms`: deliver it
         later (ipc.put_fields.delay_properties; such a message is sent alone, as a batch may
         not carry one)."""
+        batcher = self._batcher
+        if batcher is not None and body.__class__ is bytes and body and timeout is None \
+                and tags is None and keys is None and properties is None and not flag \
+                and sharding_key is None and delay_level is None and deliver_at is None \
+                and delay_ms is None and topic.__class__ is str and topic in self._good_topics \
+                and (queue_id is None or queue_id.__class__ is int and queue_id >= 0):
+            # a plain message (accumulator.Pending): nothing of its own to check or build
+            return batcher.add(topic, queue_id, wait, None, body, None, self._conn.timeout)
         timeout = _send_timeout(timeout)
         properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
-        if self._batcher is not None:
+        if batcher is not None:
             check_send_topic(topic)
+            if len(self._good_topics) < GOOD_TOPICS_MAX:
+                self._good_topics.add(topic)
             meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
             if queue_id is not None:
                 queue_id = check_int(queue_id, "queue_id")
