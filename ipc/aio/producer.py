@@ -25,7 +25,7 @@ from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, 
                              Accumulator, Batch, Pending, request, results, singles)
 from ipc.aio.connection import AsyncConnection
 from ipc.client_common import MQError, check_int, check_timeout, check_wait_ms
-from ipc.producer import RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
+from ipc.producer import GOOD_TOPICS_MAX, RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
 from ipc.protocol import ErrorCode
 from ipc.put_fields import check_send_topic
 from ipc.send_result import parse_send_reply
@@ -67,6 +67,7 @@ class Producer:
         self._selector = QueueSelector(self._cached_count)
         self._timer = None
         self._timer_at = float("inf")
+        self._good_topics: set = set()      # names check_send_topic passed (send_async's fast path)
 
     async def open(self) -> "Producer":
         await self._conn.open()
@@ -120,12 +121,28 @@ class Producer:
                          sharding_key=None, flag: int = 0, wait: bool = True,
                          timeout: float | None = None) -> asyncio.Future:
         """Take one message; the Future of its SendResult (module docstring)."""
+        acc = self._acc
+        if self.auto_batch and body.__class__ is bytes and body and timeout is None and tags is None \
+                and keys is None and properties is None and not flag and sharding_key is None \
+                and topic.__class__ is str and topic in self._good_topics \
+                and (queue_id is None or queue_id.__class__ is int and queue_id >= 0) \
+                and not (acc.held and acc.held + len(body) > acc.buffer_max_bytes):
+            # a plain message (accumulator.Pending), with room: nothing of its own to check or wait for
+            fut = asyncio.get_running_loop().create_future()
+            ready = acc.add_plain((topic, queue_id, wait), Pending(None, body, None, fut), time.monotonic())
+            if ready:
+                self._send_batches(ready)
+            if acc.opened is not None and acc.opened < self._timer_at:
+                self._arm()
+            return fut
         timeout = self.timeout if timeout is None else check_timeout(timeout)
         if not self.auto_batch:
             return asyncio.ensure_future(self.send(topic, body, tags, keys, properties, queue_id,
                                                    sharding_key=sharding_key, flag=flag, wait=wait,
                                                    timeout=timeout))
         check_send_topic(topic)
+        if len(self._good_topics) < GOOD_TOPICS_MAX:
+            self._good_topics.add(topic)
         meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
         if queue_id is not None:
             queue_id = check_int(queue_id, "queue_id")
@@ -175,8 +192,9 @@ class Producer:
             self._send_batches(singles(ticket.batch), counted=False)
             return
         for p, r in zip(ticket.batch.items, out):
-            if not p.future.done():
-                p.future.set_result(r)
+            fut = p.future
+            if not fut.done():
+                fut.set_result(r)
 
     def _failed(self, ticket: _Ticket, exc: BaseException) -> None:
         self._release(ticket)
