@@ -25,9 +25,10 @@ from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, 
                              Accumulator, Batch, Pending, request, results, singles)
 from ipc.aio.connection import AsyncConnection
 from ipc.client_common import MQError, check_int, check_timeout, check_wait_ms
-from ipc.producer import GOOD_TOPICS_MAX, RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
+from ipc.producer import QueueSelector, batched_fields, encode_batch, encode_put, plain_send, send_steps
 from ipc.protocol import ErrorCode
-from ipc.put_fields import check_send_topic
+from ipc.put_fields import delay_properties
+from ipc.steps import arun
 from ipc.send_result import parse_send_reply
 
 TOPIC_INFO_TTL_S = 30.0
@@ -118,16 +119,17 @@ class Producer:
 
     # -- auto-batched sends ------------------------------------------------------------------
     async def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-                         sharding_key=None, flag: int = 0, wait: bool = True,
-                         timeout: float | None = None) -> asyncio.Future:
-        """Take one message; the Future of its SendResult (module docstring)."""
+                         sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+                         delay_level: int | None = None, deliver_at=None,
+                         delay_ms: int | None = None) -> asyncio.Future:
+        """Take one message; the Future of its SendResult (module docstring). `delay_level`,
+        `deliver_at`, `delay_ms`: deliver it later, as the blocking `send_async`."""
         acc = self._acc
-        if self.auto_batch and body.__class__ is bytes and body and timeout is None and tags is None \
-                and keys is None and properties is None and not flag and sharding_key is None \
-                and topic.__class__ is str and topic in self._good_topics \
-                and (queue_id is None or queue_id.__class__ is int and queue_id >= 0) \
+        if self.auto_batch and plain_send(self._good_topics, topic, body, queue_id, tags, keys, properties, flag,
+                                          sharding_key, timeout, delay_level is not None or deliver_at is not None
+                                          or delay_ms is not None) \
                 and not (acc.held and acc.held + len(body) > acc.buffer_max_bytes):
-            # a plain message (accumulator.Pending), with room: nothing of its own to check or wait for
+            # a plain message, with room: nothing of its own to check or wait for
             fut = asyncio.get_running_loop().create_future()
             ready = acc.add_plain((topic, queue_id, wait), Pending(None, body, None, fut), time.monotonic())
             if ready:
@@ -136,18 +138,14 @@ class Producer:
                 self._arm()
             return fut
         timeout = self.timeout if timeout is None else check_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         if not self.auto_batch:
             return asyncio.ensure_future(self.send(topic, body, tags, keys, properties, queue_id,
                                                    sharding_key=sharding_key, flag=flag, wait=wait,
                                                    timeout=timeout))
-        check_send_topic(topic)
-        if len(self._good_topics) < GOOD_TOPICS_MAX:
-            self._good_topics.add(topic)
-        meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
-        if queue_id is not None:
-            queue_id = check_int(queue_id, "queue_id")
+        meta, frame, uniq, queue_id = batched_fields(self._good_topics, topic, body, tags, keys, properties,
+                                                     flag, queue_id)
         queue_id = await self._queue_for(topic, queue_id, sharding_key)
-        acc = self._acc
         if not acc.has_room(len(frame)):
             self._send_batches(acc.drain())
             if not await self._conn.wait(lambda: acc.has_room(len(frame)), timeout):
@@ -209,9 +207,11 @@ class Producer:
 
     # -- direct sends ------------------------------------------------------------------------
     async def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None):
+                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+                   delay_level: int | None = None, deliver_at=None, delay_ms: int | None = None):
         """One message, sent at once; its SendResult (retries as the blocking `send`)."""
         timeout = None if timeout is None else check_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
         await self._route(fields, topic, queue_id, sharding_key)
         return await self._with_retries("put", fields, frames, timeout,
@@ -239,19 +239,7 @@ class Producer:
             self._send_batches(self._acc.take(topic, fields["queue_id"]))
 
     async def _with_retries(self, op, fields, frames, timeout, transform):
-        attempt = 0
-        while True:
-            try:
-                await self._conn.wait_room(timeout)
-                result = await self._conn.request("appender", op, fields, frames, timeout, transform)
-            except (TimeoutError, ConnectionError):
-                if attempt >= self.retries or self._conn.closed:
-                    raise
-            else:
-                if result.status not in RETRY_STATUSES or attempt >= self.retries:
-                    return result
-                await asyncio.sleep(0.05 * (2 ** attempt))
-            attempt += 1
+        return await arun(self._conn, send_steps(self._conn, self.retries, op, fields, frames, timeout, transform))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def flush(self, timeout: float | None = None) -> bool:
