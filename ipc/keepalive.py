@@ -49,10 +49,14 @@ class KeepAlive:
         due = max(self.member.next_beat, self.next_at)
         return min(max(due - now, 0.005), self.member.interval_s)
 
+    def over(self) -> bool:
+        """The consumer or its connection is closed: no more heartbeats."""
+        return self.consumer._closed or self.consumer._conn.closed
+
     def tick(self) -> None:
         c, m = self.consumer, self.member
         now = time.monotonic()
-        if c._closed or c._conn.closed or not m.joined or now < max(m.next_beat, self.next_at):
+        if self.over() or not m.joined or now < max(m.next_beat, self.next_at):
             return
         if now - c.last_poll > self.max_poll_interval_s:
             return                                    # stuck: let the session end
@@ -97,7 +101,7 @@ class KeepAliveThread:
 
     def _run(self) -> None:
         ka = self.keepalive
-        while not self._stop.wait(ka.wait_s(time.monotonic())):
+        while not self._stop.wait(ka.wait_s(time.monotonic())) and not ka.over():
             try:
                 ka.tick()
             except Exception:                          # never let the thread die silently
@@ -111,7 +115,6 @@ class KeepAliveThread:
 
 async def run_keepalive(keepalive: KeepAlive) -> None:
     """The asyncio Consumer's host of a KeepAlive: tick until the consumer closes."""
-    c = keepalive.consumer
-    while not c._closed:
+    while not keepalive.over():
         await asyncio.sleep(keepalive.wait_s(time.monotonic()))
         keepalive.tick()
