@@ -1,6 +1,7 @@
 """The blocking Producer's driver of auto-batching (ipc/accumulator.py holds the rules): a lock
-around the accumulator, a linger thread that sends batches whose linger expired, the wait for
-buffer room, and the completion of each message's future from its batch's reply.
+around the accumulator, a linger thread that sends batches whose linger expired, and the wait
+for buffer room; ipc/batch_sender.py sends the sealed batches and completes each message's
+future from its batch's reply, as it does for the asyncio producer.
 
 Cost per message. A message is one `Pending` and one future appended to its batch under one
 lock (`add_plain`, the path of `send_async(topic, body)`); everything else is done once per
@@ -22,8 +23,8 @@ woken only when a batch opens while it sleeps with nothing open.
 
 Timeouts. A `send_async` that finds the buffer full first sends every open batch, then waits
 for room up to its `timeout` (TimeoutError: the message is not taken). A batch's request has
-the connection's timeout; a batch that fails (timeout, lost connection, store unreachable)
-fails every message's future with that exception. send_async does not retry, as before.
+the connection's timeout (a failed one fails its messages: ipc/batch_sender.py). send_async
+does not retry, as before.
 """
 from __future__ import annotations
 
@@ -32,26 +33,11 @@ import logging
 import threading
 import time
 
-from ipc.accumulator import Accumulator, Batch, Pending, request, results, singles
+from ipc.accumulator import Accumulator, Batch, Pending
+from ipc.batch_sender import BatchSender
 from ipc.client_common import MessageFuture, ReplyFuture, settle_all
 
 log = logging.getLogger("mqstore.producer")
-
-
-class _BatchTicket:
-    """Completes one batch's request (Connection.request's `future=`)."""
-    __slots__ = ("driver", "batch", "counted")
-
-    def __init__(self, driver: "AutoBatcher", batch: Batch, counted: bool):
-        self.driver = driver
-        self.batch = batch
-        self.counted = counted
-
-    def set_result(self, value) -> None:
-        self.driver._answered(self, value[0])
-
-    def set_exception(self, exc) -> None:
-        self.driver._failed(self, exc)
 
 
 class AutoBatcher:
@@ -67,6 +53,7 @@ class AutoBatcher:
         self._cv = threading.Condition(self._lock)
         self._send_lock = threading.Lock()
         self._ready: collections.deque = collections.deque()   # sealed, not yet handed on
+        self._sender = BatchSender(conn, self.acc, select, settle_all, self._lock)
         self._wake_at = float("inf")           # when the linger thread wakes next
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="mqstore-linger", daemon=True)
@@ -135,38 +122,8 @@ class AutoBatcher:
                     batch = ready.popleft()
                 self._send(batch)
 
-    def _send(self, batch: Batch, counted: bool = True) -> None:
-        if batch.queue_id is None:
-            try:
-                batch.queue_id = self._select(batch.topic)
-            except Exception as e:                    # the store did not answer topic_info
-                log.debug("queue selection for %s failed: %s", batch.topic, e)
-        op, fields, frames = request(batch)
-        ticket = _BatchTicket(self, batch, counted)
-        try:
-            self._conn.request("appender", op, fields, frames, future=ticket)
-        except Exception as e:                        # unreachable, closed, window timeout
-            self._failed(ticket, e)
-
-    def _answered(self, ticket: _BatchTicket, env: dict) -> None:
-        batch = ticket.batch
-        self._release(ticket)
-        out = results(batch, env)
-        if out is None:                               # refused as a whole: each on its own
-            for single in singles(batch):
-                self._send(single, counted=False)
-            return
-        settle_all([p.future for p in batch.items], out, None)
-
-    def _failed(self, ticket: _BatchTicket, exc: BaseException) -> None:
-        self._release(ticket)
-        settle_all([p.future for p in ticket.batch.items], None, exc)
-
-    def _release(self, ticket: _BatchTicket) -> None:
-        if ticket.counted:
-            ticket.counted = False
-            with self._lock:
-                self.acc.release(ticket.batch)
+    def _send(self, batch: Batch) -> None:
+        self._sender.send(batch)
 
     # -- the linger thread -----------------------------------------------------------------
     def _run(self) -> None:

@@ -1,7 +1,8 @@
 """`ipc.aio.Producer`: the asyncio producer. The requests, their checks, the queue selection,
-the auto-batching rules and the results are the blocking producer's (ipc/producer.py,
-ipc/accumulator.py, ipc/send_result.py); this module only waits with `await` instead of
-threads: a linger is a `loop.call_later`, a full buffer an awaited condition.
+the auto-batching rules, the sending of batches and the results are the blocking producer's
+(ipc/producer.py with its retries as steps, ipc/accumulator.py, ipc/batch_sender.py,
+ipc/send_result.py); this module only waits with `await` instead of threads: a linger is a
+`loop.call_later`, a full buffer an awaited condition.
 
 - `await p.send_async(topic, body, ...)`: the message joins its queue's batch (as the blocking
   `send_async`); it returns the asyncio Future of its SendResult once the message is taken,
@@ -19,10 +20,12 @@ appender picks), as the blocking producer sends one then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS,
-                             Accumulator, Batch, Pending, request, results, singles)
+                             Accumulator, Pending)
+from ipc.batch_sender import BatchSender, settle_each
 from ipc.aio.connection import AsyncConnection
 from ipc.client_common import MQError, check_int, check_timeout, check_wait_ms
 from ipc.producer import QueueSelector, batched_fields, encode_batch, encode_put, plain_send, send_steps
@@ -32,19 +35,6 @@ from ipc.steps import arun
 from ipc.send_result import parse_send_reply
 
 TOPIC_INFO_TTL_S = 30.0
-
-
-class _Ticket:
-    __slots__ = ("producer", "batch", "counted")
-
-    def __init__(self, producer, batch: Batch, counted: bool):
-        self.producer, self.batch, self.counted = producer, batch, counted
-
-    def set_result(self, value) -> None:
-        self.producer._answered(self, value[0])
-
-    def set_exception(self, exc) -> None:
-        self.producer._failed(self, exc)
 
 
 class Producer:
@@ -66,6 +56,7 @@ class Producer:
                                 check_int(buffer_max_bytes, "buffer_max_bytes", 1))
         self._counts: dict = {}             # topic -> (queue count or None, expires at)
         self._selector = QueueSelector(self._cached_count)
+        self._sender = BatchSender(self._conn, self._acc, self._selector.select, settle_each, contextlib.nullcontext())
         self._timer = None
         self._timer_at = float("inf")
         self._good_topics: set = set()      # names check_send_topic passed (send_async's fast path)
@@ -172,38 +163,9 @@ class Producer:
             self._send_batches(self._acc.due(time.monotonic()))
             self._arm()
 
-    def _send_batches(self, batches, counted: bool = True) -> None:
+    def _send_batches(self, batches) -> None:
         for batch in batches:
-            if batch.queue_id is None:
-                batch.queue_id = self._selector.select(batch.topic)
-            op, fields, frames = request(batch)
-            ticket = _Ticket(self, batch, counted)
-            try:
-                self._conn.request("appender", op, fields, frames, future=ticket)
-            except Exception as e:
-                self._failed(ticket, e)
-
-    def _answered(self, ticket: _Ticket, env: dict) -> None:
-        self._release(ticket)
-        out = results(ticket.batch, env)
-        if out is None:                               # refused as a whole: each on its own
-            self._send_batches(singles(ticket.batch), counted=False)
-            return
-        for p, r in zip(ticket.batch.items, out):
-            fut = p.future
-            if not fut.done():
-                fut.set_result(r)
-
-    def _failed(self, ticket: _Ticket, exc: BaseException) -> None:
-        self._release(ticket)
-        for p in ticket.batch.items:
-            if not p.future.done():
-                p.future.set_exception(exc)
-
-    def _release(self, ticket: _Ticket) -> None:
-        if ticket.counted:
-            ticket.counted = False
-            self._acc.release(ticket.batch)
+            self._sender.send(batch)
 
     # -- direct sends ------------------------------------------------------------------------
     async def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
