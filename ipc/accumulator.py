@@ -37,9 +37,10 @@ from __future__ import annotations
 from core.record.message import Message, has_delay_level
 from core.put_refusal import message_problem
 from core.status import PutMessageStatus
-from ipc.send_result import OffsetIds, SendResult, parse_send_reply
+from core.record.key_block import key_list
+from ipc.send_result import MessageResult, SendResult, parse_send_reply
+from ipc.uniq_keys import UNIQ_KEY, UNIQ_KEYS
 
-UNIQ_KEY = "UNIQ_KEY"
 # Defaults of RocketMQ 5's producer autoBatch (DefaultMQProducer batchMaxDelayMs 10,
 # batchMaxBytes 32 KiB, totalBatchMaxBytes 32 MiB; Kafka's buffer.memory is 32 MiB too).
 DEFAULT_LINGER_MS = 10
@@ -47,26 +48,31 @@ DEFAULT_BATCH_MAX_BYTES = 32 * 1024
 DEFAULT_BUFFER_MAX_BYTES = 32 * 1024 * 1024
 _NO_BATCH_LIMIT = 1 << 62          # a rule the store checks only for a single message
 _TIMER_PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+PLAIN_RECORD = 160 + 32          # record_estimate's bytes of a record besides its topic and body
 _REFUSALS = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
 class Pending:
     """One message waiting for its result: its per-message fields (ipc.producer.message_fields),
-    body frame, UNIQ_KEY and the future its SendResult goes to."""
+    body frame, UNIQ_KEY and the future its SendResult goes to. A plain message (a body and
+    nothing else: `send_async(topic, body)`) has no fields of its own and no key yet (`meta` and
+    `uniq` None): its key comes with its batch's, in one block when the batch is sealed
+    (`request`)."""
     __slots__ = ("meta", "frame", "uniq", "future", "plain")
 
-    def __init__(self, meta: dict, frame: bytes, uniq: str, future):
+    def __init__(self, meta, frame: bytes, uniq, future):
         self.meta = meta
         self.frame = frame
         self.uniq = uniq
         self.future = future
         # only a body and its UNIQ_KEY (no tags, keys, other properties or flag)
-        self.plain = len(meta) == 1 and len(meta["properties"]) == 1
+        self.plain = meta is None or (len(meta) == 1 and len(meta["properties"]) == 1)
 
 
 class Batch:
-    """Messages of one batch key, in the order they were sent."""
-    __slots__ = ("topic", "queue_id", "wait", "items", "size", "records", "deadline")
+    """Messages of one batch key, in the order they were sent. `keys`: the UNIQ_KEYs `request`
+    gave it (a KeyBlock for a batch of plain messages, else a list)."""
+    __slots__ = ("topic", "queue_id", "wait", "items", "size", "records", "deadline", "keys")
 
     def __init__(self, topic: str, queue_id, wait: bool, deadline: float):
         self.topic = topic
@@ -76,12 +82,13 @@ class Batch:
         self.size = 0                     # bytes of bodies
         self.records = 0                  # bytes of its records, estimated (record_estimate)
         self.deadline = deadline
+        self.keys = None
 
 
 def record_estimate(topic: str, p: Pending) -> int:
     """At least the bytes of `p`'s stored record (docs/FORMAT.md: 91 fixed bytes with IPv4
     hosts, 24 more with IPv6 ones, the topic, the body and the property string)."""
-    n = 160 + len(topic) + len(p.frame) + len(p.uniq)
+    n = PLAIN_RECORD + len(topic) + len(p.frame)
     if not p.plain:                          # up to 3 UTF-8 bytes per character, 2 separators
         meta = p.meta
         n += sum(3 * (len(k) + len(str(v)) + 2) for k, v in meta["properties"].items())
@@ -163,6 +170,25 @@ class Accumulator:
             out.append(self._seal(key))
         return out
 
+    def add_plain(self, key: tuple, p: Pending, now: float):
+        """`add` of a plain message (`p.plain`) to key (topic, queue id, wait): the same rules,
+        with the common case (it joins an open batch with room) on a short path."""
+        size = len(p.frame)
+        batch = self._open.get(key)
+        if batch is None:
+            return self.add(key[0], key[1], key[2], p, now)
+        record = PLAIN_RECORD + len(key[0]) + size
+        if batch.size + size > self._body_limit or batch.records + record > self._record_limit:
+            return self.add(key[0], key[1], key[2], p, now)
+        self.held += size
+        self.opened = None
+        batch.items.append(p)
+        batch.size += size
+        batch.records += record
+        if batch.size >= self._body_limit:
+            return [self._open.pop(key)]
+        return ()
+
     def _seal(self, key) -> Batch:
         return self._open.pop(key)
 
@@ -194,10 +220,13 @@ class Accumulator:
 
 
 def singles(batch: Batch) -> list:
-    """Each message of a batch refused as a whole as a batch of its own, in order (module
-    docstring)."""
+    """Each message of a batch refused as a whole as a batch of its own, in order, with the key
+    it was sent with (module docstring)."""
     out = []
-    for p in batch.items:
+    keys = key_list(batch.keys)
+    for i, p in enumerate(batch.items):
+        if p.uniq is None and keys is not None:
+            p.uniq = keys[i]
         single = Batch(batch.topic, batch.queue_id, batch.wait, 0.0)
         single.items.append(p)
         single.size = len(p.frame)
@@ -205,26 +234,50 @@ def singles(batch: Batch) -> list:
     return out
 
 
+def _fields_of(p: Pending) -> dict:
+    """The per-message fields of `p` (a plain message's are its key alone)."""
+    return p.meta if p.meta is not None else {"properties": {UNIQ_KEY: p.uniq}}
+
+
+def _give_keys(items: list) -> None:
+    """A key for each message that has none yet (one block of keys for all of them)."""
+    missing = [p for p in items if p.uniq is None]
+    if missing:
+        for p, k in zip(missing, UNIQ_KEYS.next_keys(len(missing))):
+            p.uniq = k
+
+
 def request(batch: Batch) -> tuple[str, dict, list]:
-    """(op, fields, frames) of a sealed batch."""
+    """(op, fields, frames) of a sealed batch; the messages without a key get theirs here
+    (`batch.keys`)."""
     items = batch.items
     if len(items) == 1:
         p = items[0]
-        fields = {"topic": batch.topic, **p.meta, "coalesce": True}
+        _give_keys(items)
+        batch.keys = [p.uniq]
+        fields = {"topic": batch.topic, **_fields_of(p), "coalesce": True}
         op = "put"
         frame = p.frame
     else:
         op = "put_batch"
-        sizes = [len(p.frame) for p in items]
-        frame = b"".join([p.frame for p in items])
+        frames = [p.frame for p in items]
+        sizes = list(map(len, frames))
+        frame = b"".join(frames)
+        fields = None
         if all(p.plain for p in items):
-            block = "".join([p.uniq for p in items])
-            if len(block) == 32 * len(items) and block.isascii():
-                fields = {"topic": batch.topic, "sizes": sizes, "uniq_key_block": block.encode()}
+            if all(p.uniq is None for p in items):          # the usual case: keys made as one block
+                batch.keys = UNIQ_KEYS.next_key_block(len(items))
+                fields = {"topic": batch.topic, "sizes": sizes, "uniq_key_block": batch.keys.data}
             else:
-                fields = {"topic": batch.topic, "sizes": sizes, "messages": [p.meta for p in items]}
-        else:
-            fields = {"topic": batch.topic, "sizes": sizes, "messages": [p.meta for p in items]}
+                _give_keys(items)
+                block = "".join([p.uniq for p in items])
+                if len(block) == 32 * len(items) and block.isascii():
+                    fields = {"topic": batch.topic, "sizes": sizes, "uniq_key_block": block.encode()}
+        if fields is None:
+            _give_keys(items)
+            fields = {"topic": batch.topic, "sizes": sizes, "messages": [_fields_of(p) for p in items]}
+        if batch.keys is None:
+            batch.keys = [p.uniq for p in items]
         fields["coalesce"] = True
         fields["id_format"] = "offsets"
     if batch.queue_id is not None:
@@ -235,29 +288,19 @@ def request(batch: Batch) -> tuple[str, dict, list]:
 
 
 def results(batch: Batch, env: dict) -> list | None:
-    """One SendResult per message of `batch` from the reply `env`; None when a batch of several
-    messages was refused as a whole (send them alone)."""
+    """One SendResult per message of `batch` (sent: `request` gave its keys) from the reply
+    `env`; None when a batch of several messages was refused as a whole (send them alone).
+    Message i of a stored batch is a MessageResult over the batch's: it makes its ids, offsets
+    and key only when they are read."""
     items = batch.items
+    keys = batch.keys
     if len(items) == 1:
-        return [parse_send_reply(env, batch.topic, [items[0].uniq])]
-    whole = parse_send_reply(env, batch.topic, [p.uniq for p in items])
+        return [parse_send_reply(env, batch.topic, key_list(keys))]
+    whole = parse_send_reply(env, batch.topic, keys)
     if whole.status in _REFUSALS:
         return None
     if whole.queue_offset < 0:                       # nothing stored: every message says so
-        return [SendResult(whole.status, batch.topic, (), uniq_keys=[p.uniq], error_code=whole.error_code,
-                           reason=whole.reason) for p in items]
-    ids = whole._msg_ids
-    qo, qid, ts, st, topic = whole.queue_offset, whole.queue_id, whole.store_timestamp, whole.status, batch.topic
-    out = []
-    if ids.__class__ is OffsetIds and len(ids) == len(items):
-        host, offsets = ids.host, ids.offsets
-        for i, p in enumerate(items):
-            raw = offsets[8 * i:8 * i + 8]
-            out.append(SendResult(st, topic, OffsetIds(host, raw), qid, qo + i,
-                                  int.from_bytes(raw, "big", signed=True), ts, 1, [p.uniq]))
-        return out
-    listed = list(ids)
-    for i, p in enumerate(items):
-        out.append(SendResult(st, topic, listed[i:i + 1], qid, qo + i,
-                              whole.phys_offset if i == 0 else -1, ts, 1, [p.uniq]))
-    return out
+        listed = key_list(keys)
+        return [SendResult(whole.status, batch.topic, (), uniq_keys=listed[i:i + 1], error_code=whole.error_code,
+                           reason=whole.reason) for i in range(len(items))]
+    return [MessageResult(whole, i, keys) for i in range(len(items))]

@@ -193,3 +193,30 @@ class MessageFuture(ReplyFuture):
         self._waiters = []
         self._done_callbacks = []
         self._conn = conn
+
+
+def settle_all(futures: list, values, exc) -> None:
+    """Complete `futures` (MessageFutures of one batch) with `values` (one each) or all with
+    `exc`, taking their shared condition once instead of once per future; a cancelled one is
+    left as it is. Done callbacks run after, outside the condition, as Future.set_result runs
+    them."""
+    called = []
+    with _SHARED_CONDITION:
+        for i, fut in enumerate(futures):
+            if fut._state is not _PENDING:          # cancelled by its owner
+                continue
+            if exc is None:
+                fut._result = values[i]
+                fut._state = _FINISHED
+                for waiter in fut._waiters:
+                    waiter.add_result(fut)
+            else:
+                fut._exception = exc
+                fut._state = _FINISHED
+                for waiter in fut._waiters:
+                    waiter.add_exception(fut)
+            if fut._done_callbacks:
+                called.append(fut)
+        _SHARED_CONDITION.notify_all()
+    for fut in called:
+        fut._invoke_callbacks()

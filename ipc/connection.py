@@ -35,8 +35,6 @@ frame 0 are received zero-copy and passed on as memoryviews.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import itertools
 import logging
 import threading
 import time
@@ -50,7 +48,7 @@ from ipc.client_common import (  # noqa: F401  (re-exported: the client's names 
 )
 from ipc.client_sockets import ClientSockets
 from ipc.curve import client_keys
-from ipc.protocol import PROTOCOL_VERSION, pack, unpack
+from ipc.requests import Requests, complete, replies, service_endpoints
 
 log = logging.getLogger("mqstore.client")
 
@@ -83,9 +81,9 @@ class Connection:
         self._ctx = context or zmq.Context.instance()
         self._sock_lock = threading.Lock()
         self._cv = threading.Condition()
-        self._pending: dict = {}
-        self._busy: dict = {}                   # socket name -> requests in flight on it
-        self._rids = itertools.count(1)
+        self._reqs = Requests()                 # ipc/requests.py: shared with the asyncio connection
+        self._pending = self._reqs.pending
+        self._busy = self._reqs.busy            # socket name -> requests in flight on it
         self.curve = client_keys(key_file, server_key_file, store)   # secure mode: ipc/curve.py
         self._sockets = ClientSockets(self._ctx, self.curve)
         self._socks = self._sockets.socks       # name -> socket (the same dict)
@@ -93,7 +91,6 @@ class Connection:
         self._leader = None
         self._user_waiters = 0
         self._bg_ident = None
-        self._next_expiry = float("inf")
         self._suspect = False
         self._last_reconnect = 0.0
         self._closed = False
@@ -169,25 +166,17 @@ class Connection:
     def _send_locked(self, sock, name: str, op: str, fields, frames, entry: tuple) -> bool:
         """Send one request and record it as pending (the caller holds _sock_lock); False when
         the socket's send queue is full (nothing sent, nothing recorded)."""
-        rid = next(self._rids)
-        env = {"op": op, "rid": rid}
-        if fields:
-            env.update(fields)
-        self._pending[rid] = entry
-        self._busy[name] = self._busy.get(name, 0) + 1
-        if entry[1] < self._next_expiry:
-            self._next_expiry = entry[1]
+        rid, head = self._reqs.add(name, op, fields, entry)
         try:
             if frames:
-                sock.send(pack(env), _SNDMORE_NOBLOCK)
+                sock.send(head, _SNDMORE_NOBLOCK)
                 for frame in frames[:-1]:
                     sock.send(frame, _SNDMORE_NOBLOCK)
                 sock.send(frames[-1], _NOBLOCK)
             else:
-                sock.send(pack(env), _NOBLOCK)
+                sock.send(head, _NOBLOCK)
         except zmq.Again:
-            del self._pending[rid]
-            self._busy[name] -= 1
+            self._reqs.drop(rid)
             return False
         return True
 
@@ -262,7 +251,7 @@ class Connection:
                 sleep = min(sleep, deadline - time.monotonic())
                 if sleep <= 0:
                     return
-            sleep = min(sleep, max(self._next_expiry - time.monotonic(), 0.0))
+            sleep = min(sleep, max(self._reqs.next_expiry - time.monotonic(), 0.0))
             fdpoll = self._sockets.fdpoll
             try:
                 ready = fdpoll.poll(sleep * 1000.0)
@@ -285,7 +274,7 @@ class Connection:
         """Read every waiting reply of `socks` (default all; the caller holds _sock_lock) and
         expire overdue requests."""
         done = []
-        pending, busy = self._pending, self._busy
+        match = self._reqs.match
         for sock in self._socks.values() if socks is None else socks:
             while sock.get(_EVENTS) & _POLLIN:
                 head = sock.recv(_NOBLOCK, copy=False)    # Frame.more: no RCVMORE option call
@@ -295,55 +284,17 @@ class Connection:
                     frame = sock.recv(_NOBLOCK, copy=False)
                     extra.append(frame.buffer)
                     more = frame.more
-                if len(head.buffer):
-                    replies = ((head.buffer, extra),)
-                else:                                # combined put replies: one map per frame
-                    replies = [(frame, []) for frame in extra]
-                for raw, frames in replies:
-                    try:
-                        env = unpack(raw)
-                        entry = pending.pop(env["rid"], None)
-                    except Exception:
-                        log.warning("dropped a reply that is not a protocol envelope")
-                        continue
-                    if entry is not None:            # None: a reply after its timeout
-                        busy[entry[2]] -= 1
-                        done.append((entry, env, frames))
-        if self._next_expiry <= time.monotonic():
-            self._expire_locked(done)
-        return done
-
-    def _expire_locked(self, done: list) -> None:
+                for raw, frames in replies(head.buffer, extra):
+                    match(raw, frames, done)
         now = time.monotonic()
-        nxt = float("inf")
-        for rid, entry in list(self._pending.items()):
-            if entry[1] <= now:
-                del self._pending[rid]
-                self._busy[entry[2]] -= 1
-                self._suspect = True
-                done.append((entry, None, TimeoutError(
-                    f"{entry[4]}: no reply from {entry[2]} ({self.endpoints.get(entry[2], '?')}) in time")))
-            elif entry[1] < nxt:
-                nxt = entry[1]
-        self._next_expiry = nxt
+        if self._reqs.next_expiry <= now and self._reqs.expire(now, self.endpoints, done):
+            self._suspect = True
+        return done
 
     def _complete(self, done: list) -> None:
         """Resolve futures outside every lock (their callbacks may send requests)."""
-        for (fut, _deadline, _name, transform, _op), env, extra in done:
-            try:
-                if env is None:
-                    fut.set_exception(extra)
-                elif transform is None:
-                    fut.set_result((env, extra))
-                else:
-                    try:
-                        value = transform(env, extra)
-                    except Exception as e:
-                        fut.set_exception(e)
-                    else:
-                        fut.set_result(value)
-            except concurrent.futures.InvalidStateError:
-                pass                                 # cancelled by its owner
+        for entry, env, extra in done:
+            complete(entry, env, extra, extra)
         with self._cv:
             self._cv.notify_all()
             if self._leader not in (None, self._bg_ident, threading.get_ident()):
@@ -370,12 +321,7 @@ class Connection:
     def _replace_locked(self, name: str, endpoint: str, error) -> list:
         """A fresh socket `name` connected to `endpoint` (the caller holds _sock_lock); the
         requests in flight on the old one, failed with `error(op)`, for `_complete`."""
-        failed = []
-        for rid, entry in list(self._pending.items()):
-            if entry[2] == name:
-                del self._pending[rid]
-                self._busy[name] -= 1
-                failed.append((entry, None, error(entry[4])))
+        failed = self._reqs.take_all(name, error)
         self._sockets.replace(name, endpoint)
         return failed
 
@@ -407,14 +353,7 @@ class Connection:
         return done + self._replace_locked(name, endpoint, lost)
 
     def _apply_hello(self, env: dict) -> None:
-        if env.get("version") != PROTOCOL_VERSION:
-            raise ConnectionError(f"the store speaks protocol version {env.get('version')!r}, "
-                                  f"this client {PROTOCOL_VERSION}")
-        for name in ("appender", "reader"):
-            endpoint = env.get(name)
-            if not isinstance(endpoint, str):
-                raise ConnectionError(f"hello reply without a {name} endpoint")
-            endpoint = reachable_endpoint(endpoint, self.address)
+        for name, endpoint in service_endpoints(env, self.address).items():
             if self.endpoints.get(name) != endpoint:
                 self._open(name, endpoint)
         self.info = env
@@ -456,9 +395,7 @@ class Connection:
         if bg is not None:
             bg.stop()
         with self._sock_lock:
-            failed = [(entry, None, ConnectionClosed(f"{entry[4]}: connection closed"))
-                      for entry in self._pending.values()]
-            self._pending.clear()
+            failed = self._reqs.take_all(None, lambda op: ConnectionClosed(f"{op}: connection closed"))
             self._busy.clear()
             self._sockets.close()
         self._complete(failed)

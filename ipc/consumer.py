@@ -38,9 +38,12 @@ reads the queues the reader gives it, ipc/rebalance.py), or all of the topic's
 (`mode="broadcasting"`, as RocketMQ's BROADCASTING: every consumer reads every queue and keeps
 its offsets itself: nothing is committed to the store, `committed()` and `positions()` say
 where it is, and with `offset_file=PATH` commits go to that JSON file, from which the next
-consumer started with it continues, as RocketMQ's LocalFileOffsetStore). A member must poll at least once per `session_timeout_ms` (its heartbeats go
-out from `poll`, every `heartbeat_interval_ms`), as Kafka's max.poll.interval.ms asks. A
-Consumer is meant for one thread.
+consumer started with it continues, as RocketMQ's LocalFileOffsetStore). A member's heartbeats go out every `heartbeat_interval_ms`
+from `poll`, and from a timer between polls (ipc/keepalive.py), so that a member busy with a
+long batch keeps its session and its queues; one that has not polled for
+`max_poll_interval_ms` (5 minutes, Kafka's max.poll.interval.ms) is taken to be stuck and
+dropped after its session. A Consumer is meant for one thread (the timer only renews the
+session; what its answer changes is applied by the next poll).
 
 Arguments are checked before anything is sent (TypeError for a wrong type, ValueError for a
 wrong value, naming the argument): `timeout` is a finite number of seconds above 0,
@@ -64,6 +67,7 @@ from ipc.client_common import check_int, check_timeout, check_wait_ms
 from ipc.connection import Connection, ConnectionClosed, MQError, raise_for_error
 from ipc.group_member import (BROADCASTING, CLUSTERING, DEFAULT_HEARTBEAT_INTERVAL_MS,
                               DEFAULT_SESSION_TIMEOUT_MS, GroupMembership)
+from ipc.keepalive import DEFAULT_MAX_POLL_INTERVAL_MS, KeepAlive, KeepAliveThread
 from ipc.local_offsets import load_offsets, save_offsets
 from ipc.rebalance import Rebalancer
 from ipc.protocol import ERROR, ErrorCode
@@ -87,6 +91,7 @@ class Consumer:
                  pipeline_depth: int = 4, mode: str = CLUSTERING,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+                 max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
                  offset_file: str | None = None, key_file: str | None = None, server_key_file: str | None = None):
         if not group or not topic:
             raise ValueError("a Consumer needs a group and a topic")
@@ -123,6 +128,10 @@ class Consumer:
         member = GroupMembership(group, topic, session_timeout_ms, heartbeat_interval_ms) \
             if queues is None and mode == CLUSTERING else None
         self._group = Rebalancer(self, member) if member is not None else None
+        max_poll_interval_ms = check_wait_ms(max_poll_interval_ms, "max_poll_interval_ms")
+        self._keepalive = KeepAlive(self, member, max_poll_interval_ms / 1000.0) if member is not None else None
+        self._keepalive_host = None
+        self.last_poll = time.monotonic()
         self._states: dict = {}
         self._order: list = []
         self._next_discover = 0.0
@@ -145,6 +154,12 @@ class Consumer:
         except BaseException:
             self.close()
             raise
+        self._start_keepalive()
+
+    def _start_keepalive(self) -> None:
+        """Heartbeats between polls (ipc/keepalive.py): a daemon thread."""
+        if self._keepalive is not None:
+            self._keepalive_host = KeepAliveThread(self._keepalive)
 
     # -- assignment ----------------------------------------------------------------------
     def _discover(self) -> None:
@@ -200,8 +215,8 @@ class Consumer:
         return self.assignment()
 
     def assignment(self) -> list:
-        """The queue ids this consumer reads."""
-        return [st.queue_id for st in self._order]
+        """The queue ids this consumer reads, in order (a queue gained later is not last)."""
+        return sorted(st.queue_id for st in self._order)
 
     def positions(self) -> dict:
         """queue id -> the next offset `poll` will hand out (what `commit` stores); inside a
@@ -236,7 +251,11 @@ class Consumer:
         """Messages that arrived, waiting up to `timeout_ms` (>= 0; 0: only what is here
         already) for the first; [] at timeout. At most `max_records` (>= 1; None: no limit)."""
         self._check_open()
-        return run(self._conn, self._poll_steps(timeout_ms, max_records))
+        self.last_poll = time.monotonic()
+        try:
+            return run(self._conn, self._poll_steps(timeout_ms, max_records))
+        finally:
+            self.last_poll = time.monotonic()
 
     def _poll_steps(self, timeout_ms, max_records):
         timeout_ms = check_wait_ms(timeout_ms)
@@ -407,6 +426,8 @@ class Consumer:
         """Commit positions (with auto commit) and close the connection if it is ours."""
         if not self._closed:
             self._closed = True
+            if self._keepalive_host is not None:
+                self._keepalive_host.stop()
             run(self._conn, self._close_steps())
 
     def _close_steps(self):

@@ -59,11 +59,13 @@ from ipc.connection import Connection, MQError, PeerUnreachable
 from ipc.put_fields import (EMPTY_BODY, as_body, check_send_topic, check_tags, delay_properties, keys_field,
                             properties_field)
 from ipc.protocol import ErrorCode
+from ipc.steps import Wait, run
 from ipc.send_result import SendResult, parse_send_reply
 from ipc.uniq_keys import UNIQ_KEY, UNIQ_KEYS, UniqKeyGenerator  # noqa: F401  (re-exported)
 
 TOPIC_INFO_TTL_S = 30.0
 UNKNOWN_TOPIC_TTL_S = 1.0
+GOOD_TOPICS_MAX = 10_000        # topic names remembered as checked
 RETRY_STATUSES = (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.OS_PAGECACHE_BUSY)
 
 
@@ -215,6 +217,57 @@ def encode_batch(topic: str, items, queue_id=None, wait=True) -> tuple[dict, lis
     return fields, [frame], keys
 
 
+def send_steps(conn, retries: int, op: str, fields: dict, frames, timeout, transform):
+    """One `put` or `put_batch` sent and retried as `send` and `send_batch` do (module
+    docstring), as steps (ipc/steps.py) that the blocking and the asyncio producer both run;
+    the SendResult."""
+    attempt = 0
+    wait = conn.timeout if timeout is None else timeout
+    while True:
+        try:
+            if conn.in_flight >= conn.window and not (
+                    yield Wait(lambda: conn.in_flight < conn.window, wait)):
+                raise TimeoutError(f"{op}: {conn.window} requests still in flight after {wait}s")
+            result = yield conn.request("appender", op, fields, frames, timeout, transform)
+        except PeerUnreachable:
+            # Nothing was sent: try again only if the front door answers a new hello (the
+            # store may have moved to other ports), not once more per retry against a
+            # store that is down.
+            if attempt >= retries or conn.closed or not conn.reconnect():
+                raise
+        except (TimeoutError, ConnectionError):
+            if attempt >= retries or conn.closed:
+                raise
+        else:
+            if result.status not in RETRY_STATUSES or attempt >= retries:
+                return result
+            yield Wait(lambda: False, 0.05 * (2 ** attempt))     # back off
+        attempt += 1
+
+
+def plain_send(good_topics: set, topic, body, queue_id, tags, keys, properties, flag, sharding_key,
+               timeout, delayed) -> bool:
+    """Whether an auto-batched `send_async` is of a plain message (accumulator.Pending): a
+    non-empty bytes body to a topic already checked (`good_topics`), a queue id or none, and
+    nothing else; such a message has nothing of its own to check or build."""
+    return bool(body.__class__ is bytes and body and timeout is None and tags is None and keys is None
+            and properties is None and not flag and sharding_key is None and not delayed
+            and topic.__class__ is str and topic in good_topics
+            and (queue_id is None or queue_id.__class__ is int and queue_id >= 0))
+
+
+def batched_fields(good_topics: set, topic: str, body, tags, keys, properties, flag, queue_id):
+    """(meta, frame, uniq, queue_id) of an auto-batched message that is not plain, checked as
+    `send` checks them; its topic is then remembered in `good_topics`."""
+    check_send_topic(topic)
+    if len(good_topics) < GOOD_TOPICS_MAX:
+        good_topics.add(topic)
+    meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
+    if queue_id is not None:
+        queue_id = check_int(queue_id, "queue_id")
+    return meta, frame, uniq, queue_id
+
+
 def _send_timeout(timeout):
     return None if timeout is None else check_timeout(timeout)
 
@@ -239,6 +292,7 @@ class Producer:
         self.default_topic_queues = default_topic_queues
         self._queues: dict = {}         # topic -> (queue count or None, expires at)
         self._selector = QueueSelector(self.queue_count)
+        self._good_topics: set = set()  # names check_send_topic passed (send_async's fast path)
         self._batcher = AutoBatcher(self._conn, linger_ms, batch_max_bytes, buffer_max_bytes,
                                     self.select_queue) if auto_batch else None
 
@@ -300,14 +354,17 @@ class Producer:
         `timeout`, the message not sent). `delay_level`, `deliver_at`, `delay_ms`: deliver it
         later (ipc.put_fields.delay_properties; such a message is sent alone, as a batch may
         not carry one)."""
+        batcher = self._batcher
+        if batcher is not None and plain_send(self._good_topics, topic, body, queue_id, tags, keys, properties,
+                                              flag, sharding_key, timeout,
+                                              delay_level is not None or deliver_at is not None or delay_ms is not None):
+            return batcher.add(topic, queue_id, wait, None, body, None, self._conn.timeout)
         timeout = _send_timeout(timeout)
         properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
-        if self._batcher is not None:
-            check_send_topic(topic)
-            meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
-            if queue_id is not None:
-                queue_id = check_int(queue_id, "queue_id")
-            elif sharding_key is not None:
+        if batcher is not None:
+            meta, frame, uniq, queue_id = batched_fields(self._good_topics, topic, body, tags, keys,
+                                                         properties, flag, queue_id)
+            if queue_id is None and sharding_key is not None:
                 queue_id = self.select_queue(topic, None, sharding_key)
             return self._batcher.add(topic, queue_id, wait, meta, frame, uniq,
                                      self._conn.timeout if timeout is None else timeout)
@@ -359,24 +416,7 @@ class Producer:
             self._batcher.send_ahead(topic, fields["queue_id"])
 
     def _send_with_retries(self, op, fields, frames, timeout, transform) -> SendResult:
-        attempt = 0
-        while True:
-            try:
-                result = self._conn.request("appender", op, fields, frames, timeout, transform).result()
-            except PeerUnreachable:
-                # Nothing was sent: try again only if the front door answers a new hello (the
-                # store may have moved to other ports), not once more per retry against a
-                # store that is down.
-                if attempt >= self.retries or self._conn.closed or not self._conn.reconnect():
-                    raise
-            except (TimeoutError, ConnectionError):
-                if attempt >= self.retries or self._conn.closed:
-                    raise
-            else:
-                if result.status not in RETRY_STATUSES or attempt >= self.retries:
-                    return result
-                time.sleep(0.05 * (2 ** attempt))
-            attempt += 1
+        return run(self._conn, send_steps(self._conn, self.retries, op, fields, frames, timeout, transform))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send every open batch and wait until every message and request sent so far is

@@ -79,6 +79,63 @@ class SendResult:
                 f"queue_offset={self.queue_offset}, phys_offset={self.phys_offset}, count={self.count}{extra})")
 
 
+class MessageResult(SendResult):
+    """Message `i` of a stored batch: a SendResult read from its batch's (`whole`) on demand, so
+    that an auto-batched message costs one small object instead of a SendResult, an OffsetIds,
+    a slice and a key string each (ipc/accumulator.py `results`). `keys`: the batch's UNIQ_KEYs
+    as a KeyBlock or a list."""
+
+    __slots__ = ("_whole", "_i", "_keys")
+
+    def __init__(self, whole: SendResult, i: int, keys):   # noqa: the base's slots are not used
+        self._whole = whole
+        self._i = i
+        self._keys = keys
+
+    status = property(lambda self: self._whole.status)
+    topic = property(lambda self: self._whole.topic)
+    queue_id = property(lambda self: self._whole.queue_id)
+    store_timestamp = property(lambda self: self._whole.store_timestamp)
+    count = property(lambda self: 1)
+    error_code = property(lambda self: None)
+    reason = property(lambda self: "")
+
+    @property
+    def ok(self) -> bool:
+        return self._whole.status is PutMessageStatus.PUT_OK
+
+    @property
+    def queue_offset(self) -> int:
+        return self._whole.queue_offset + self._i
+
+    @property
+    def _offsets(self):
+        ids = self._whole._msg_ids
+        return ids if ids.__class__ is OffsetIds and len(ids) > self._i else None
+
+    @property
+    def phys_offset(self) -> int:
+        ids = self._offsets
+        if ids is None:
+            return self._whole.phys_offset if self._i == 0 else -1
+        return int.from_bytes(ids.offsets[8 * self._i:8 * self._i + 8], "big", signed=True)
+
+    @property
+    def msg_ids(self) -> list:
+        ids, i = self._offsets, self._i
+        if ids is not None:
+            return message_ids(ids.host, ids.offsets[8 * i:8 * i + 8])
+        return self._whole.msg_ids[i:i + 1]
+
+    @property
+    def uniq_keys(self) -> list:
+        keys, i = self._keys, self._i
+        if keys.__class__ is KeyBlock:
+            w = keys.width
+            return [keys.data[i * w:(i + 1) * w].decode("ascii")]
+        return [keys[i]]
+
+
 def parse_send_reply(env: dict, topic: str, uniq_keys) -> SendResult:
     """A SendResult from a `put` or `put_batch` reply (an error reply becomes a status)."""
     status = env.get("status")

@@ -11,7 +11,9 @@ timeout fails with TimeoutError. `call` awaits a reply map (MQError for an error
 `wait(predicate, timeout)` awaits a condition that completions make true, `wait_room` awaits
 room in the window of `window` requests.
 
-One task per socket reads replies; one task expires overdue requests. A service restarted on
+The bookkeeping of requests and replies (rids, matching, expiry, completion, the hello answer)
+is ipc/requests.py, shared with the blocking Connection; this module adds the sockets and the
+tasks: one per socket reads replies, one expires overdue requests. A service restarted on
 the same endpoint is reconnected by ZeroMQ; its requests in flight time out (the blocking
 Connection's socket monitors, which fail them at once and reconnect a moved store, are not
 repeated here).
@@ -19,19 +21,16 @@ repeated here).
 from __future__ import annotations
 
 import asyncio
-import itertools
-import logging
 import time
 
 import zmq
 import zmq.asyncio
 
-from ipc.client_common import ConnectionClosed, raise_for_error, reachable_endpoint, resolve_address
-from ipc.protocol import PROTOCOL_VERSION, pack, unpack
+from ipc.client_common import ConnectionClosed, raise_for_error, resolve_address
+from ipc.requests import Requests, complete, replies, service_endpoints
 from ipc.curve import client_keys
 from ipc.sockets import make_socket
 
-log = logging.getLogger("mqstore.client")
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_WINDOW = 1024
@@ -55,8 +54,8 @@ class AsyncConnection:
         self._ctx = zmq.asyncio.Context.instance()
         self._socks: dict = {}
         self._tasks: list = []
-        self._pending: dict = {}                # rid -> (future, deadline, name, transform, op)
-        self._rids = itertools.count(1)
+        self._reqs = Requests()                 # ipc/requests.py: shared with the blocking connection
+        self._pending = self._reqs.pending      # rid -> (future, deadline, name, transform, op)
         self._changed = asyncio.Event()
         self._closed = False
 
@@ -64,13 +63,8 @@ class AsyncConnection:
         try:
             self._connect("front", self.address)
             env = await self.call("front", "hello")
-            if env.get("version") != PROTOCOL_VERSION:
-                raise ConnectionError(f"the store speaks protocol version {env.get('version')!r}, "
-                                      f"this client {PROTOCOL_VERSION}")
-            for name in ("appender", "reader"):
-                if not isinstance(env.get(name), str):
-                    raise ConnectionError(f"hello reply without a {name} endpoint")
-                self._connect(name, reachable_endpoint(env[name], self.address))
+            for name, endpoint in service_endpoints(env, self.address).items():
+                self._connect(name, endpoint)
             self.info = env
         except BaseException:
             self.close()
@@ -104,13 +98,9 @@ class AsyncConnection:
             raise ConnectionClosed("connection closed")
         sock = self._socks[name]
         fut = asyncio.get_running_loop().create_future() if future is None else future
-        rid = next(self._rids)
-        env = {"op": op, "rid": rid}
-        if fields:
-            env.update(fields)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        self._pending[rid] = (fut, deadline, name, transform, op)
-        sock.send_multipart([pack(env), *frames], copy=True)   # queued in order if it must wait
+        _rid, head = self._reqs.add(name, op, fields, (fut, deadline, name, transform, op))
+        sock.send_multipart([head, *frames], copy=True)   # queued in order if it must wait
         return fut
 
     async def call(self, name: str, op: str, frames=(), timeout: float | None = None, **fields) -> dict:
@@ -152,36 +142,12 @@ class AsyncConnection:
                 frames = await sock.recv_multipart(copy=False)
             except (asyncio.CancelledError, zmq.ZMQError):
                 return
-            head, extra = frames[0], [f.buffer for f in frames[1:]]
-            replies = ((head.buffer, extra),) if len(head.buffer) else [(f, []) for f in extra]
-            for raw, rest in replies:
-                try:
-                    env = unpack(raw)
-                    entry = self._pending.pop(env["rid"], None)
-                except Exception:
-                    log.warning("dropped a reply that is not a protocol envelope")
-                    continue
-                if entry is not None:
-                    self._complete(entry, env, rest, None)
+            done: list = []
+            for raw, rest in replies(frames[0].buffer, [f.buffer for f in frames[1:]]):
+                self._reqs.match(raw, rest, done)
+            for entry, env, rest in done:
+                complete(entry, env, rest, None)
             self._changed.set()
-
-    @staticmethod
-    def _complete(entry, env, frames, exc) -> None:
-        fut, _deadline, _name, transform, _op = entry
-        try:
-            if exc is not None:
-                fut.set_exception(exc)
-            elif transform is None:
-                fut.set_result((env, frames))
-            else:
-                try:
-                    value = transform(env, frames)
-                except Exception as e:
-                    fut.set_exception(e)
-                else:
-                    fut.set_result(value)
-        except asyncio.InvalidStateError:
-            pass                                    # cancelled by its owner
 
     async def _expire(self) -> None:
         while not self._closed:
@@ -189,13 +155,10 @@ class AsyncConnection:
                 await asyncio.sleep(EXPIRY_CHECK_S)
             except asyncio.CancelledError:
                 return
-            now = time.monotonic()
-            late = [rid for rid, entry in self._pending.items() if entry[1] <= now]
-            for rid in late:
-                entry = self._pending.pop(rid)
-                self._complete(entry, None, None, TimeoutError(
-                    f"{entry[4]}: no reply from {entry[2]} ({self.endpoints.get(entry[2], '?')}) in time"))
-            if late:
+            done: list = []
+            if self._reqs.expire(time.monotonic(), self.endpoints, done):
+                for entry, _env, exc in done:
+                    complete(entry, None, None, exc)
                 self._changed.set()
 
     def close(self) -> None:
@@ -205,9 +168,8 @@ class AsyncConnection:
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        pending, self._pending = self._pending, {}
-        for entry in pending.values():
-            self._complete(entry, None, None, ConnectionClosed(f"{entry[4]}: connection closed"))
+        for entry, _env, exc in self._reqs.take_all(None, lambda op: ConnectionClosed(f"{op}: connection closed")):
+            complete(entry, None, None, exc)
         for sock in self._socks.values():
             sock.close(0)
         self._socks.clear()

@@ -11,9 +11,14 @@ blocking consumer takes them.
 """
 from __future__ import annotations
 
+import asyncio
+import time
+
 from ipc.aio.connection import AsyncConnection
 from ipc.consumer import Consumer as _Blocking
+from ipc.keepalive import run_keepalive
 from ipc.steps import arun
+
 
 class Consumer(_Blocking):
     """The asyncio consumer (module docstring); arguments as ipc.Consumer's."""
@@ -30,6 +35,9 @@ class Consumer(_Blocking):
     def _discover(self) -> None:
         """Nothing without waiting: `open` discovers (the blocking constructor calls this)."""
 
+    def _start_keepalive(self) -> None:
+        """`open` starts the heartbeats between polls, as a task on the loop."""
+
     async def open(self) -> "Consumer":
         try:
             await self._conn.open()
@@ -37,6 +45,8 @@ class Consumer(_Blocking):
         except BaseException:
             self._conn.close()
             raise
+        if self._keepalive is not None:              # heartbeats between polls: a task
+            self._keepalive_host = asyncio.ensure_future(run_keepalive(self._keepalive))
         return self
 
     async def __aenter__(self) -> "Consumer":
@@ -52,7 +62,11 @@ class Consumer(_Blocking):
         """As ipc.Consumer.poll, awaiting instead of blocking."""
         self._check_open()
         self._give_back()
-        return await arun(self._conn, self._poll_steps(timeout_ms, max_records))
+        self.last_poll = time.monotonic()
+        try:
+            return await arun(self._conn, self._poll_steps(timeout_ms, max_records))
+        finally:
+            self.last_poll = time.monotonic()
 
     def __aiter__(self):
         self._check_open()
@@ -108,4 +122,6 @@ class Consumer(_Blocking):
         """Commit positions (with auto commit), leave the group, close the connection."""
         if not self._closed:
             self._closed = True
+            if self._keepalive_host is not None:
+                self._keepalive_host.cancel()
             await arun(self._conn, self._close_steps())

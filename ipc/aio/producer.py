@@ -1,7 +1,8 @@
 """`ipc.aio.Producer`: the asyncio producer. The requests, their checks, the queue selection,
-the auto-batching rules and the results are the blocking producer's (ipc/producer.py,
-ipc/accumulator.py, ipc/send_result.py); this module only waits with `await` instead of
-threads: a linger is a `loop.call_later`, a full buffer an awaited condition.
+the auto-batching rules, the sending of batches and the results are the blocking producer's
+(ipc/producer.py with its retries as steps, ipc/accumulator.py, ipc/batch_sender.py,
+ipc/send_result.py); this module only waits with `await` instead of threads: a linger is a
+`loop.call_later`, a full buffer an awaited condition.
 
 - `await p.send_async(topic, body, ...)`: the message joins its queue's batch (as the blocking
   `send_async`); it returns the asyncio Future of its SendResult once the message is taken,
@@ -19,31 +20,21 @@ appender picks), as the blocking producer sends one then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from ipc.accumulator import (DEFAULT_BATCH_MAX_BYTES, DEFAULT_BUFFER_MAX_BYTES, DEFAULT_LINGER_MS,
-                             Accumulator, Batch, Pending, request, results, singles)
+                             Accumulator, Pending)
+from ipc.batch_sender import BatchSender, settle_each
 from ipc.aio.connection import AsyncConnection
 from ipc.client_common import MQError, check_int, check_timeout, check_wait_ms
-from ipc.producer import RETRY_STATUSES, QueueSelector, encode_batch, encode_put, message_fields
+from ipc.producer import QueueSelector, batched_fields, encode_batch, encode_put, plain_send, send_steps
 from ipc.protocol import ErrorCode
-from ipc.put_fields import check_send_topic
+from ipc.put_fields import delay_properties
+from ipc.steps import arun
 from ipc.send_result import parse_send_reply
 
 TOPIC_INFO_TTL_S = 30.0
-
-
-class _Ticket:
-    __slots__ = ("producer", "batch", "counted")
-
-    def __init__(self, producer, batch: Batch, counted: bool):
-        self.producer, self.batch, self.counted = producer, batch, counted
-
-    def set_result(self, value) -> None:
-        self.producer._answered(self, value[0])
-
-    def set_exception(self, exc) -> None:
-        self.producer._failed(self, exc)
 
 
 class Producer:
@@ -65,8 +56,10 @@ class Producer:
                                 check_int(buffer_max_bytes, "buffer_max_bytes", 1))
         self._counts: dict = {}             # topic -> (queue count or None, expires at)
         self._selector = QueueSelector(self._cached_count)
+        self._sender = BatchSender(self._conn, self._acc, self._selector.select, settle_each, contextlib.nullcontext())
         self._timer = None
         self._timer_at = float("inf")
+        self._good_topics: set = set()      # names check_send_topic passed (send_async's fast path)
 
     async def open(self) -> "Producer":
         await self._conn.open()
@@ -117,20 +110,33 @@ class Producer:
 
     # -- auto-batched sends ------------------------------------------------------------------
     async def send_async(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-                         sharding_key=None, flag: int = 0, wait: bool = True,
-                         timeout: float | None = None) -> asyncio.Future:
-        """Take one message; the Future of its SendResult (module docstring)."""
+                         sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+                         delay_level: int | None = None, deliver_at=None,
+                         delay_ms: int | None = None) -> asyncio.Future:
+        """Take one message; the Future of its SendResult (module docstring). `delay_level`,
+        `deliver_at`, `delay_ms`: deliver it later, as the blocking `send_async`."""
+        acc = self._acc
+        if self.auto_batch and plain_send(self._good_topics, topic, body, queue_id, tags, keys, properties, flag,
+                                          sharding_key, timeout, delay_level is not None or deliver_at is not None
+                                          or delay_ms is not None) \
+                and not (acc.held and acc.held + len(body) > acc.buffer_max_bytes):
+            # a plain message, with room: nothing of its own to check or wait for
+            fut = asyncio.get_running_loop().create_future()
+            ready = acc.add_plain((topic, queue_id, wait), Pending(None, body, None, fut), time.monotonic())
+            if ready:
+                self._send_batches(ready)
+            if acc.opened is not None and acc.opened < self._timer_at:
+                self._arm()
+            return fut
         timeout = self.timeout if timeout is None else check_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         if not self.auto_batch:
             return asyncio.ensure_future(self.send(topic, body, tags, keys, properties, queue_id,
                                                    sharding_key=sharding_key, flag=flag, wait=wait,
                                                    timeout=timeout))
-        check_send_topic(topic)
-        meta, frame, uniq = message_fields(body, tags, keys, properties, flag)
-        if queue_id is not None:
-            queue_id = check_int(queue_id, "queue_id")
+        meta, frame, uniq, queue_id = batched_fields(self._good_topics, topic, body, tags, keys, properties,
+                                                     flag, queue_id)
         queue_id = await self._queue_for(topic, queue_id, sharding_key)
-        acc = self._acc
         if not acc.has_room(len(frame)):
             self._send_batches(acc.drain())
             if not await self._conn.wait(lambda: acc.has_room(len(frame)), timeout):
@@ -157,43 +163,17 @@ class Producer:
             self._send_batches(self._acc.due(time.monotonic()))
             self._arm()
 
-    def _send_batches(self, batches, counted: bool = True) -> None:
+    def _send_batches(self, batches) -> None:
         for batch in batches:
-            if batch.queue_id is None:
-                batch.queue_id = self._selector.select(batch.topic)
-            op, fields, frames = request(batch)
-            ticket = _Ticket(self, batch, counted)
-            try:
-                self._conn.request("appender", op, fields, frames, future=ticket)
-            except Exception as e:
-                self._failed(ticket, e)
-
-    def _answered(self, ticket: _Ticket, env: dict) -> None:
-        self._release(ticket)
-        out = results(ticket.batch, env)
-        if out is None:                               # refused as a whole: each on its own
-            self._send_batches(singles(ticket.batch), counted=False)
-            return
-        for p, r in zip(ticket.batch.items, out):
-            if not p.future.done():
-                p.future.set_result(r)
-
-    def _failed(self, ticket: _Ticket, exc: BaseException) -> None:
-        self._release(ticket)
-        for p in ticket.batch.items:
-            if not p.future.done():
-                p.future.set_exception(exc)
-
-    def _release(self, ticket: _Ticket) -> None:
-        if ticket.counted:
-            ticket.counted = False
-            self._acc.release(ticket.batch)
+            self._sender.send(batch)
 
     # -- direct sends ------------------------------------------------------------------------
     async def send(self, topic: str, body, tags=None, keys=None, properties=None, queue_id=None, *,
-                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None):
+                   sharding_key=None, flag: int = 0, wait: bool = True, timeout: float | None = None,
+                   delay_level: int | None = None, deliver_at=None, delay_ms: int | None = None):
         """One message, sent at once; its SendResult (retries as the blocking `send`)."""
         timeout = None if timeout is None else check_timeout(timeout)
+        properties = delay_properties(properties, delay_level, deliver_at, delay_ms)
         fields, frames, uniq = encode_put(topic, body, tags, keys, properties, queue_id, flag, wait)
         await self._route(fields, topic, queue_id, sharding_key)
         return await self._with_retries("put", fields, frames, timeout,
@@ -221,19 +201,7 @@ class Producer:
             self._send_batches(self._acc.take(topic, fields["queue_id"]))
 
     async def _with_retries(self, op, fields, frames, timeout, transform):
-        attempt = 0
-        while True:
-            try:
-                await self._conn.wait_room(timeout)
-                result = await self._conn.request("appender", op, fields, frames, timeout, transform)
-            except (TimeoutError, ConnectionError):
-                if attempt >= self.retries or self._conn.closed:
-                    raise
-            else:
-                if result.status not in RETRY_STATUSES or attempt >= self.retries:
-                    return result
-                await asyncio.sleep(0.05 * (2 ** attempt))
-            attempt += 1
+        return await arun(self._conn, send_steps(self._conn, self.retries, op, fields, frames, timeout, transform))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def flush(self, timeout: float | None = None) -> bool:

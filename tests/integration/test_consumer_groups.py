@@ -153,12 +153,12 @@ def test_a_consumer_whose_queue_moved_cannot_commit_it(store):
         produce_two = [p.send(topic, b"x", queue_id=q) for q in (0, 1)]
         assert all(r.ok for r in produce_two)
         c1 = Consumer(store.address, group, topic, session_timeout_ms=500, heartbeat_interval_ms=100,
-                      auto_commit=False)
+                      max_poll_interval_ms=200, auto_commit=False)     # stuck after 200 ms
         assert c1.assignment() == [0, 1]
         assert len(c1.poll(2000)) >= 1
         with Consumer(store.address, group, topic, session_timeout_ms=500, heartbeat_interval_ms=100,
                       auto_commit=False) as c2:
-            # c1 does not poll: its session ends and c2 takes both queues
+            # c1 does not poll: taken to be stuck, its session ends and c2 takes both queues
             deadline = time.monotonic() + 10
             while c2.assignment() != [0, 1] and time.monotonic() < deadline:
                 c2.poll(100)
@@ -168,6 +168,54 @@ def test_a_consumer_whose_queue_moved_cannot_commit_it(store):
             assert e.value.code in (ErrorCode.UNKNOWN_MEMBER, ErrorCode.NOT_QUEUE_OWNER)
             assert admin.fetch_offset(group, topic, 0) == -1
         c1.close()
+
+
+IDLE_SESSION_MS = 600
+
+
+def members_of(admin: Admin, group: str, topic: str) -> list:
+    return [(m["member_id"], m["queues"]) for m in admin.consumer_lag(group, topic).get("members", ())]
+
+
+def test_a_member_busy_for_longer_than_its_session_keeps_its_queues(store):
+    """Heartbeats between polls (ipc/keepalive.py): the member does not poll for three
+    sessions (it is busy with a batch), stays in the group with its queues, and its next poll
+    goes on without joining again."""
+    topic, group = "busy", "g-busy"
+    with Admin(store.address) as admin, Producer(store.address) as p:
+        admin.create_topic(topic, 4)
+        assert all(p.send(topic, b"x%d" % q, queue_id=q).ok for q in range(4))
+        with Consumer(store.address, group, topic, session_timeout_ms=IDLE_SESSION_MS,
+                      heartbeat_interval_ms=100) as c:
+            me = c._group.member.member_id
+            generation = c._group.member.generation
+            assert len(c.poll(2000)) >= 1 and c.assignment() == [0, 1, 2, 3]
+            time.sleep(3 * IDLE_SESSION_MS / 1000)          # busy: no poll for three sessions
+            assert members_of(admin, group, topic) == [(me, [0, 1, 2, 3])]
+            assert c._keepalive.sent >= 3
+            c.poll(100)
+            assert c._group.member.member_id == me and c._group.member.generation == generation
+            assert c.assignment() == [0, 1, 2, 3]
+
+
+def test_an_asyncio_member_busy_for_longer_than_its_session_keeps_its_queues(store):
+    import asyncio
+    from ipc import aio
+    topic, group = "busy-aio", "g-busy-aio"
+    with Admin(store.address) as admin:
+        admin.create_topic(topic, 2)
+
+        async def main():
+            async with aio.Consumer(store.address, group, topic, session_timeout_ms=IDLE_SESSION_MS,
+                                    heartbeat_interval_ms=100) as c:
+                me = c._group.member.member_id
+                assert c.assignment() == [0, 1]
+                await asyncio.sleep(3 * IDLE_SESSION_MS / 1000)    # the loop runs, nothing polls
+                assert members_of(admin, group, topic) == [(me, [0, 1])]
+                assert c._keepalive.sent >= 3
+                await c.poll(100)
+                assert c.assignment() == [0, 1] and c._group.member.member_id == me
+        asyncio.run(main())
 
 
 def test_broadcasting_keeps_its_offsets_in_its_own_file(store, tmp_path):

@@ -109,3 +109,41 @@ def test_requests_and_per_message_results():
     (one,) = acc.drain()
     op, fields, frames = request(one)
     assert op == "put" and fields["tags"] == "A" and fields["keys"] == ["k"] and fields["wait"] is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(sends)
+def test_the_short_path_of_a_plain_message_seals_as_add_does(ops):
+    slow, fast = Accumulator(0.01, 8192, 1 << 30), Accumulator(0.01, 8192, 1 << 30)
+    fast.store_limits(None, 20_000)
+    slow.store_limits(None, 20_000)
+    now = 0.0
+    for queue, size, _tagged, dt in ops:
+        now += dt
+        a = slow.add("T", queue, True, Pending(None, b"x" * size, None, None), now)
+        b = fast.add_plain(("T", queue, True), Pending(None, b"x" * size, None, None), now)
+        assert [len(x.items) for x in a] == [len(x.items) for x in b]
+        assert slow.opened == fast.opened and slow.held == fast.held
+        assert [len(x.items) for x in slow.due(now)] == [len(x.items) for x in fast.due(now)]
+    assert [len(x.items) for x in slow.drain()] == [len(x.items) for x in fast.drain()]
+
+
+def test_a_batch_of_plain_messages_gets_its_keys_as_one_block_when_sealed():
+    acc = Accumulator(1.0, 1 << 20, 1 << 30)
+    for i in range(3):
+        acc.add_plain(("T", 1, True), Pending(None, b"b%d" % i, None, None), 0.0)
+    (batch,) = acc.drain()
+    op, fields, frames = request(batch)
+    block = fields["uniq_key_block"]
+    assert op == "put_batch" and len(block) == 96 and frames == [b"b0b1b2"]
+    env = {"status": "PUT_OK", "queue_id": 1, "queue_offset": 3, "phys_offset": 50,
+           "phys_offsets": struct.pack(">3q", 50, 60, 70),
+           "store_host": bytes([127, 0, 0, 1]) + struct.pack(">i", 10911), "store_timestamp": 5, "count": 3}
+    out = results(batch, env)
+    assert [r.uniq_key.encode() for r in out] == [block[i * 32:i * 32 + 32] for i in range(3)]
+    assert [(r.queue_offset, r.phys_offset, r.count, r.ok) for r in out] == [(3, 50, 1, True), (4, 60, 1, True),
+                                                                          (5, 70, 1, True)]
+    assert out[2].msg_ids == ["7F00000100002A9F" + "%016X" % 70]
+    assert [b.items[0].uniq.encode() for b in singles(batch)] == [block[i * 32:i * 32 + 32] for i in range(3)]
+    one = request(singles(batch)[0])[1]
+    assert one["properties"] == {"UNIQ_KEY": block[:32].decode()}
