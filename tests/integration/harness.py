@@ -7,6 +7,7 @@ control block."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -156,3 +157,18 @@ def small_tmpfs(parent, size: str):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+def fill_disk(mnt):
+    """Write `mnt`/filler until its file system is full (ENOSPC); the filler's path, to
+    unlink when the test gives the space back."""
+    filler = mnt / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\1" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    return filler

@@ -17,7 +17,7 @@ import pytest
 from core import Message, MessageStore, StoreConfig
 from core import fsck
 from ipc import Producer
-from tests.integration.harness import RawClient, small_tmpfs
+from tests.integration.harness import RawClient, fill_disk, small_tmpfs
 from tests.integration.supervised import SupervisedStore
 
 FD_LIMIT = 1024
@@ -100,14 +100,7 @@ def test_the_embedded_store_holds_dispatch_on_a_full_disk_and_loses_nothing(tmp_
         st.start()
         put_one_each(st, queues(2))
         assert st.wait_for_dispatch(10)
-        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\1" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        fill_disk(mnt)
         fresh = queues(60)[8:]                              # new topics on the full disk
         answered = {}
         for topic, q in fresh:

@@ -15,7 +15,7 @@ from core.log.consume_queue_store import SYNCFS_AT, ConsumeQueueStore
 from core.files.fileops import REAL_FILE_OPS
 from core.files.mapping_window import MappingWindow
 from tests.crash.recording import RecordingFileOps
-from tests.integration.harness import small_tmpfs
+from tests.integration.harness import fill_disk, small_tmpfs
 
 ROCKETMQ_CQ_FILE = 300_000 * UNIT_SIZE
 
@@ -192,15 +192,7 @@ def test_a_full_disk_is_an_oserror_at_the_write_and_the_entry_goes_in_when_space
     with small_tmpfs(tmp_path, "1m") as mnt:
         cqs = ConsumeQueueStore(str(mnt / "cq"), ROCKETMQ_CQ_FILE, REAL_FILE_OPS)
         cqs.load()
-        filler = mnt / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\1" * 4096)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
+        filler = fill_disk(mnt)
         with pytest.raises(OSError) as err:
             cqs.put_entries("Fresh", 0, 0, ENTRY.pack(5, 10, 0), 15)   # no SIGBUS: a status
         assert err.value.errno == errno.ENOSPC

@@ -11,7 +11,7 @@ import pytest
 from core.files.fileops import REAL_FILE_OPS
 from core.log.index_file import ALLOCATE_STEP, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from core.record.hashing import index_key_hash
-from tests.integration.harness import small_tmpfs
+from tests.integration.harness import fill_disk, small_tmpfs
 
 SLOTS, ENTRIES = 5_000_000, 20_000_000            # RocketMQ's defaults: a 420,000,040-byte file
 BASE_TS = 1_700_000_000_000
@@ -63,15 +63,7 @@ def test_a_full_disk_is_an_oserror_before_any_entry_and_the_keys_go_in_when_spac
     with small_tmpfs(tmp_path, "4m") as mnt:
         path = mnt / "20260101000000000"
         f = IndexFile(str(path), 1000, 1_000_000, REAL_FILE_OPS, create=True)
-        filler = mnt / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\1" * 4096)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
+        filler = fill_disk(mnt)
         first_step = ALLOCATE_STEP // ENTRY_SIZE - 1
         put(f, 0, first_step)                          # inside the first step: written
         with pytest.raises(OSError) as err:            # past it: no SIGBUS, a status
