@@ -1,14 +1,14 @@
 """The record a delayed message is delivered as, built from its stored record's bytes
 (RocketMQ's messageTimeup, without decoding the message): `readdress` and `EncodedRun`.
 
-A delay record (SCHEDULE_TOPIC_XXXX, or the timer topic) holds its message whole; its delivery
-differs from it only in TOPIC (REAL_TOPIC), QUEUEID (REAL_QID), PROPERTIES (DELAY, for a timer
-also TIMER_DELIVER_MS/TIMER_DELAY_SEC/TIMER_DELAY_MS, and the stored record's own CRC
-property left out; every other property kept as stored, UNIQ_KEY and REAL_TOPIC/REAL_QID too),
-the store host (the store's own) and the fields the append sets. `readdress` therefore copies
-the body and the header fields as they are (the body CRC too: the body is the same bytes) and
-writes a new header, topic and properties: a handful of byte searches per record, no property
-map built and none serialised, no body CRC computed.
+A delay record (in the schedule topic, `codec.SCHEDULE_TOPIC`, or the timer topic) holds its
+message whole; its delivery differs from it only in TOPIC (REAL_TOPIC), QUEUEID (REAL_QID),
+PROPERTIES (DELAY, for a timer also TIMER_DELIVER_MS/TIMER_DELAY_SEC/TIMER_DELAY_MS, and the
+stored record's own CRC property left out; every other property kept as stored, UNIQ_KEY and
+REAL_TOPIC/REAL_QID too), the store host (the store's own) and the fields the append sets.
+`readdress` therefore copies the body and the header fields as they are (the body CRC too: the
+body is the same bytes) and writes a new header, topic and properties: a handful of byte
+searches per record, no property map built and none serialised, no body CRC computed.
 
 `EncodedRun` is a run of such records for one topic and queue, written into a segment as
 `core.record.batch_encode.PreparedBatch` is (the CommitLog's `append_batch`, through
