@@ -12,6 +12,7 @@ import pytest
 from core import MessageStore, fsck
 from core.files.fileops import REAL_FILE_OPS
 from core.log.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
+from tests.crash.flip_campaign import flip
 from tests.unit.test_fsck import build_store, kinds, patch
 
 # (field, byte offset in the header, width): RocketMQ's IndexHeader
@@ -35,14 +36,6 @@ def copy_of(cfg, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(cfg.store_path_root_dir, root)
     return cfg.replace(store_path_root_dir=str(root))
-
-
-def flip(path: str, at: int, bit: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ (1 << bit)]))
 
 
 def test_an_intact_index_header_is_no_problem(intact):
