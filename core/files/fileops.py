@@ -12,6 +12,7 @@ import errno
 import mmap
 import os
 import threading
+import weakref
 
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23          # Linux 5.14+; prefaults and dirties a range in C
@@ -62,7 +63,9 @@ class FileReader:
 
 
 class Mapping:
-    """A file mapped MAP_SHARED. `buf` is written and read in place (slices, struct.pack_into)."""
+    """A file mapped MAP_SHARED. `buf` is written and read in place (slices, struct.pack_into).
+    A mapping dropped without close() still closes its descriptor when it is collected (the
+    mmap closes itself): a store abandoned by its user does not leak them."""
 
     def __init__(self, path: str, size: int, writable: bool = True):
         self.path = path
@@ -74,6 +77,7 @@ class Mapping:
         except Exception:
             os.close(self._fd)
             raise
+        self._close_fd = weakref.finalize(self, os.close, self._fd)
 
     def write(self, pos: int, data) -> None:
         """pwrite `data` at `pos` (see MappedFile.write); raises OSError, ENOSPC included."""
@@ -135,7 +139,7 @@ class Mapping:
             except BufferError:
                 pass
             finally:
-                os.close(self._fd)
+                self._close_fd()
 
     @property
     def closed(self) -> bool:

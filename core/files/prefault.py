@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import weakref
 
 from core.files.fileops import MADV_POPULATE_READ, MADV_POPULATE_WRITE, PAGE_SIZE
 
@@ -67,7 +68,11 @@ class PrefaultAhead:
         self._wake = threading.Event()
         self._stopped = False
         self._supported = True
-        self._thread = threading.Thread(target=self._run, name="prefault", daemon=True)
+        # The thread holds this object weakly: a log dropped without close() (its segments,
+        # their mappings and descriptors) is freed, and the finalizer wakes the thread to end.
+        self._thread = threading.Thread(target=_serve, args=(weakref.ref(self), self._wake),
+                                        name="prefault", daemon=True)
+        weakref.finalize(self, self._wake.set)
         self._thread.start()
 
     def wrote(self, mf, position: int) -> int:
@@ -83,15 +88,15 @@ class PrefaultAhead:
             self._wake.set()
         return again
 
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            wanted = self._wanted
-            self._wake.clear()
-            if self._stopped:
-                return
-            if wanted is not None:
-                self._populate(*wanted)
+    def _serve_once(self) -> bool:
+        """One wake-up of the thread: False when it should end."""
+        wanted = self._wanted
+        self._wake.clear()
+        if self._stopped:
+            return False
+        if wanted is not None:
+            self._populate(*wanted)
+        return True
 
     def _populate(self, mf, position: int) -> None:
         """One madvise call for everything missing up to position + AHEAD: the thread needs
@@ -120,3 +125,13 @@ class PrefaultAhead:
         self._stopped = True
         self._wake.set()
         self._thread.join(timeout=5)
+
+
+def _serve(ref, wake: threading.Event) -> None:
+    """The prefault thread: it takes the PrefaultAhead from `ref` only while it works."""
+    while True:
+        wake.wait()
+        ahead = ref()
+        if ahead is None or not ahead._serve_once():
+            return
+        del ahead
