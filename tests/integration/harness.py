@@ -127,7 +127,9 @@ def wait_exit(proc: subprocess.Popen, timeout: float | None = None) -> int:
     except (AttributeError, OSError):
         return proc.wait(timeout)
     try:
-        if not select.select([fd], [], [], timeout)[0]:
+        poller = select.poll()                  # select() refuses descriptors past 1023
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(None if timeout is None else timeout * 1000):
             raise subprocess.TimeoutExpired(proc.args, timeout)
     finally:
         os.close(fd)
