@@ -10,7 +10,8 @@ Entries are checked at load against the CommitLog (integrity, DESIGN.md section 
 `damage_restart` finds the first of a queue's last three files that cannot be right (a
 negative offset or size, a record past the end of the log, one that starts before the
 previous entry's record ends: a queue's records lie in log order; or, given the CommitLog,
-one whose record's header is not the entry's: `core.log.queue_check`). Recovery cuts a queue
+one of its last TAIL_ENTRIES whose record's header is not the entry's: `core.log.queue_check`;
+an older entry is held to its record when a pull reads it, `core.read.rederive`). Recovery cuts a queue
 there as at its end; the records of the entries after it are intact in the CommitLog, so
 recovery dispatches the log again from the end of the last right entry before the damaged one
 (`core.log.recovery`), which writes the queue anew instead of losing the rest of it.
@@ -29,7 +30,7 @@ import numpy as np
 
 from core.files.fileops import FileOps
 from core.files.mapped_file_queue import MappedFileQueue
-from core.log.queue_check import header_matches, headers_match
+from core.log.queue_check import header_matches
 
 UNIT_SIZE = 20
 BLANK_SIZE = 0x7FFFFFFF            # size of a pre-blank filler entry (Integer.MAX_VALUE)
@@ -90,26 +91,32 @@ def damage_restart(topic: str, queue_id: int, data: bytes, log_limit: int,
     """The physical offset to dispatch again from when the packed entries `data` (a queue's
     last files, joined, zeros past the last entry; `trimmed` when it ends at its last written
     entry already; `first` the queue offset of its first entry) hold a damaged one; None when
-    none is. With `commitlog`, each entry is held to its record's header too. A damaged first
-    entry dispatches the log again from its start: the offset it names cannot be trusted."""
+    none is. With `commitlog`, the last TAIL_ENTRIES entries (those a crash can have torn) are
+    held to their records' headers too; older ones are held to their records when a pull reads
+    them (`core.read.rederive`), so that a start reads a few records of each queue, not the
+    whole log. A damaged first entry dispatches the log again from its start: the offset it
+    names cannot be trusted."""
     if not trimmed:
         data = data.rstrip(b"\0")
     data += bytes(-len(data) % UNIT_SIZE)
     bad = (_first_damaged_each if len(data) <= FEW_ENTRIES * UNIT_SIZE
-           else _first_damaged_numpy)(data, log_limit, commitlog, queue_id, first)
+           else _first_damaged_numpy)(data, log_limit)
+    if commitlog is not None:
+        upto = bad[0] if bad is not None else len(data) // UNIT_SIZE
+        unlike = _first_unlike_its_record(data, max(0, upto - TAIL_ENTRIES), upto, commitlog,
+                                          queue_id, first)
+        bad = unlike if unlike is not None else bad
     if bad is None:
         return None
     k, before = bad
     phys, size, _ = ENTRY.unpack_from(data, k * UNIT_SIZE)
-    restart = before
     log.warning("consume queue %s-%d: entry %d of its last files (offset %d, size %d) cannot "
                 "be right; the queue is written again from the CommitLog from %d", topic, queue_id,
-                k, phys, size, restart)
-    return restart
+                k, phys, size, before)
+    return before
 
 
-def _first_damaged_each(data: bytes, log_limit: int, commitlog=None, queue_id: int = 0,
-                        first: int = 0) -> tuple[int, int] | None:
+def _first_damaged_each(data: bytes, log_limit: int) -> tuple[int, int] | None:
     """(the first damaged entry of `data`, the largest record end before it), or None; one
     entry at a time: most queues have a handful, where numpy's calls cost 35 us a queue (0.7 s
     of a 10,000-queue start)."""
@@ -118,15 +125,13 @@ def _first_damaged_each(data: bytes, log_limit: int, commitlog=None, queue_id: i
         if phys < 0 or size <= 0:
             return k, before
         if size != BLANK_SIZE:
-            if phys + size > log_limit or phys < before or (
-                    commitlog is not None and not header_matches(commitlog, phys, size, queue_id, first + k)):
+            if phys + size > log_limit or phys < before:
                 return k, before
             before = max(before, phys + size)
     return None
 
 
-def _first_damaged_numpy(data: bytes, log_limit: int, commitlog=None, queue_id: int = 0,
-                         first: int = 0) -> tuple[int, int] | None:
+def _first_damaged_numpy(data: bytes, log_limit: int) -> tuple[int, int] | None:
     """`_first_damaged_each` for many entries, with numpy."""
     entries = np.frombuffer(data, ENTRY_DTYPE)
     phys, size = entries["phys"].astype(np.int64), entries["size"].astype(np.int64)
@@ -134,12 +139,23 @@ def _first_damaged_numpy(data: bytes, log_limit: int, commitlog=None, queue_id: 
     ends = np.where(real, phys + size, 0)
     before = np.maximum.accumulate(np.concatenate(([0], ends[:-1])))
     bad = (phys < 0) | (size <= 0) | (real & ((ends > log_limit) | (phys < before)))
-    if commitlog is not None:
-        bad |= real & ~bad & ~headers_match(commitlog, phys, size, queue_id, first + np.arange(len(phys)))
     if not bad.any():
         return None
     k = int(np.argmax(bad))
     return k, int(before[k])
+
+
+def _first_unlike_its_record(data: bytes, lo: int, hi: int, commitlog, queue_id: int,
+                             first: int) -> tuple[int, int] | None:
+    """(the first entry of [lo, hi) whose record's header is not the entry's, the largest
+    record end before it), or None."""
+    for k, (phys, size, _) in enumerate(ENTRY.iter_unpack(data[lo * UNIT_SIZE:hi * UNIT_SIZE]), lo):
+        if size != BLANK_SIZE and not header_matches(commitlog, phys, size, queue_id, first + k):
+            head = np.frombuffer(data, ENTRY_DTYPE, k)
+            real = head["size"] != BLANK_SIZE
+            ends = head["phys"][real].astype(np.int64) + head["size"][real]
+            return k, int(ends.max()) if len(ends) else 0
+    return None
 
 
 class _DataInMemory:
@@ -363,6 +379,25 @@ class ConsumeQueue:
             phys, size, tags_code = ENTRY.unpack_from(entries, at)
             self.put_message_position_info(phys, size, tags_code, expect // UNIT_SIZE)
             at, expect = at + UNIT_SIZE, expect + UNIT_SIZE
+
+    def repair_entry(self, index: int, phys: int, size: int, tags_code: int) -> bool:
+        """Write entry `index` again in place, durably, as its record in the CommitLog says
+        (`core.read.rederive`: a pull found it damaged); the entries after it stay. False when
+        the entry is not in the queue."""
+        offset = index * UNIT_SIZE
+        if not self.min_logic_offset <= offset < self.queue.get_max_offset():
+            return False
+        mf = self.queue.find_mapped_file_by_offset(offset)
+        if mf is None or self.queue.hold(mf) is None:
+            return False
+        try:
+            mf.write(offset - mf.file_from_offset, ENTRY.pack(phys, size, tags_code))
+            mf.mapping.flush()
+        finally:
+            mf.release()
+        log.warning("consume queue %s-%d: entry %d written again from the CommitLog (offset %d, "
+                    "size %d)", self.topic, self.queue_id, index, phys, size)
+        return True
 
     def _fill_blanks(self, mf, expect: int, first: bool) -> None:
         """Fill up to `expect` with filler entries: the queue starts late (its head expired) or has a gap."""

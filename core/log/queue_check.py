@@ -1,7 +1,7 @@
 """Consume-queue entries held to their records' headers (integrity, DESIGN.md section 7): an
 entry is right when the record at its physical offset has TOTALSIZE its size, QUEUEID the
 queue's, QUEUEOFFSET its number and PHYSICALOFFSET its offset. `ConsumeQueue.recover`'s damage
-check (`core.log.consume_queue.damage_restart`) asks it of the entries it reads at load.
+check (`core.log.consume_queue.damage_restart`) asks it of each queue's tail entries at load.
 
 Without the headers, an entry damaged without breaking the queue's order (a small offset or
 size flip) was left as it was, and one that made its record end further on put recovery's
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
-
 from core.record.layout import PHYS_OFFSET_POS, QUEUE_OFFSET_POS, SYSFLAG_POS, offsets
 
 _QUEUE_ID_POS = offsets()["queue_id"]
@@ -24,7 +22,7 @@ _I64 = struct.Struct(">q").unpack_from
 
 
 def header_matches(commitlog, phys: int, size: int, queue_id: int, queue_offset: int) -> bool:
-    """Whether the record at `phys` is the entry's; one entry (a queue of a few)."""
+    """Whether the record at `phys` is the entry's (an entry below the log's start is)."""
     if phys < commitlog.queue.get_min_offset():
         return True
     mf = commitlog.queue.find_mapped_file_by_offset(phys)
@@ -40,32 +38,3 @@ def header_matches(commitlog, phys: int, size: int, queue_id: int, queue_offset:
                 and _I64(buf, pos + PHYS_OFFSET_POS)[0] == phys)
     finally:
         mf.release()
-
-
-def headers_match(commitlog, phys, size, queue_id: int, queue_offsets) -> np.ndarray:
-    """`header_matches` of many entries (int64 arrays), a segment's records read at once."""
-    ok = phys < commitlog.queue.get_min_offset()
-    file_size = commitlog.file_size
-    for mf in commitlog.queue.files:
-        lo = mf.file_from_offset
-        sel = np.flatnonzero(~ok & (phys >= lo) & (phys < lo + file_size))
-        if not len(sel):
-            continue
-        pos = phys[sel] - lo
-        fits = pos + _HEAD <= file_size
-        sel, pos = sel[fits], pos[fits]
-        buf = commitlog.queue.hold(mf)
-        if buf is None:
-            continue
-        try:
-            head = np.frombuffer(buf, np.uint8)[pos[:, None] + np.arange(_HEAD)]
-        finally:
-            mf.release()
-
-        def field(at: int, kind: str) -> np.ndarray:
-            width = np.dtype(kind).itemsize
-            return np.ascontiguousarray(head[:, at:at + width]).view(kind)[:, 0].astype(np.int64)
-        ok[sel] = ((field(0, ">i4") == size[sel]) & (field(_QUEUE_ID_POS, ">i4") == queue_id)
-                   & (field(QUEUE_OFFSET_POS, ">i8") == queue_offsets[sel])
-                   & (field(PHYS_OFFSET_POS, ">i8") == phys[sel]))
-    return ok

@@ -176,10 +176,12 @@ def _run_struct(n: int, size: int, t0: int, p: int) -> struct.Struct:
 
 class DamageLog:
     """What the reads of one process refused: a count (the `damaged_reads` metric) and one
-    warning per damaged position."""
+    warning per damaged position; and the damaged consume-queue entries whose records a pull
+    found intact and served (`entries`)."""
 
     def __init__(self):
         self.count = 0
+        self.entries = 0                # damaged consume-queue entries re-derived and served
         self._seen: set = set()
 
     def note(self, where: str, phys: int, reason: str) -> str:
@@ -190,3 +192,14 @@ class DamageLog:
             self._seen.add(phys)
             log.warning("not served: %s", text)
         return text
+
+    def note_entry(self, where: str, phys: int, reason: str, found: int, repaired: bool) -> None:
+        """Count a consume-queue entry found damaged whose record was found intact elsewhere
+        (at `found`) and served; log it once."""
+        self.entries += 1
+        if (where, found) not in self._seen and len(self._seen) < 65536:
+            self._seen.add((where, found))
+            log.warning("consume-queue entry %s named physical offset %d (%s); its record is at %d, "
+                        "served from there%s", where, phys, reason, found,
+                        "; the entry is written again" if repaired else
+                        " (`mqstore check --fix` writes the entry again)")

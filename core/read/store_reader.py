@@ -21,6 +21,7 @@ from core.record.decode import decode_message
 from core.log.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
 from core.record.message import decode_message_id
 from core.read.check import DamageLog, check_run, record_problem
+from core.read.rederive import find_record
 from core.record.crc_property import crc_mode
 from core.status import GetMessageResult, GetMessageStatus, QueryMessageResult
 from core.read.subscription import subscription_codes
@@ -63,6 +64,8 @@ def corrects_offsets(config) -> bool:
 
 
 class StoreReader:
+    log_leads_queues = True     # every entry's record is in `commitlog` (the writer's own log)
+
     def __init__(self, config, commitlog, cq_store, index_service):
         self.config = config
         self.commitlog = commitlog
@@ -117,6 +120,7 @@ class StoreReader:
         run_start = run_stop = -1
         run_n = count = total = scanned = 0
         removing = False
+        suspect = None                               # why the first entry cannot be right
         for phys, size, tags in ENTRY.iter_unpack(raw):
             if count:                                # the batch limits, inlined
                 if phys >= near:
@@ -129,8 +133,15 @@ class StoreReader:
                 continue
             if phys >= min_phy and size > 0 and phys + size > end:
                 scanned -= 1                         # not readable here yet: the next pull
-                break                                # starts at it (never skip a live record)
-            if size <= 0 or phys < min_phy or phys % seg + size > seg:
+                if not scanned:                      # starts at it (never skip a live record)
+                    suspect = "its record would end past the log's end"
+                break
+            if phys >= min_phy and (size <= 0 or phys % seg + size > seg):
+                scanned -= 1                         # no record is so: the entry is damaged
+                if not scanned:
+                    suspect = f"size {size} at {phys} cannot be a record's"
+                break
+            if phys < min_phy:
                 removing = True                      # not readable any more
                 continue
             if phys == run_stop:
@@ -145,6 +156,8 @@ class StoreReader:
             chosen_phys.append(phys)
             chosen_sizes.append(size)
             chosen_offsets.append(offset + scanned - 1)
+        if suspect is not None:
+            return self._suspect_first(cq, offset, suspect, lo, hi)
         if run_n:
             runs.append((run_start, run_stop, run_n))
         chunks, lost = copy_runs(commitlog.queue, runs, places=True)
@@ -166,15 +179,50 @@ class StoreReader:
 
     def _cut_before(self, damaged, chunks, phys, sizes, offsets, cq, lo, hi):
         """The answer of a pull whose record number `i` (of those chosen) is damaged: the
-        records before it, FOUND, the next pull starting at it; or, when it is the first,
-        MESSAGE_DAMAGED with the reason, the next pull starting after it."""
+        records before it, FOUND, the next pull starting at it. When it is the first, its
+        record looked for in the CommitLog (`core.read.rederive`): found intact, the entry was
+        the damaged part, and the pull serves that record (the entry is written again where
+        this process writes the queue); else MESSAGE_DAMAGED with the reason, the next pull
+        starting after it."""
         i, chunk_i, cut, why = damaged
         if i:
             kept = chunks[:chunk_i] + ([chunks[chunk_i][:cut]] if cut else [])
             return self.answer(GetMessageStatus.FOUND, offsets[i], lo, hi, kept, i, sizes, offsets)
+        rederived = self._rederive(cq, offsets[0], phys[0], why, lo, hi)
+        if rederived is not None:
+            return rederived
         reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
         return self.answer(GetMessageStatus.MESSAGE_DAMAGED, offsets[0] + 1, lo, hi, [], 0, sizes,
                            offsets, reason)
+
+    def _suspect_first(self, cq, offset, why, lo, hi):
+        """The answer of a pull whose first entry names no readable record: its record found
+        in the CommitLog (`_rederive`); else, past the log's end of a reader whose log view
+        may trail the queues (`log_leads_queues` false), nothing yet (the next pull starts at
+        it again); else MESSAGE_DAMAGED, the next pull starting after it."""
+        phys = ENTRY.unpack(cq.get_entries(offset, 1) or bytes(UNIT_SIZE))[0]
+        rederived = self._rederive(cq, offset, phys, why, lo, hi)
+        if rederived is not None:
+            return rederived
+        if why.endswith("past the log's end") and not self.log_leads_queues:
+            return self.answer(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi, [], 0, [], [])
+        reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offset}", phys, why)
+        return self.answer(GetMessageStatus.MESSAGE_DAMAGED, offset + 1, lo, hi, [], 0, [], [],
+                           reason)
+
+    def _rederive(self, cq, index, phys, why, lo, hi):
+        """FOUND with the record of entry `index` when the CommitLog holds it intact
+        (`core.read.rederive`; the entry is written again where this process writes the
+        queue); None when it does not."""
+        found = find_record(self.commitlog, cq, index, self.check_crc, self.config.delay_levels_ms)
+        record = self.commitlog.read(found.commit_log_offset, found.msg_size) if found else None
+        if record is None:
+            return None
+        repaired = cq.repair_entry(index, found.commit_log_offset, found.msg_size, found.tags_code)
+        self.damage.note_entry(f"{cq.topic}:{cq.queue_id} offset {index}", phys, why,
+                               found.commit_log_offset, repaired)
+        return self.answer(GetMessageStatus.FOUND, index + 1, lo, hi, [record], 1,
+                           [found.msg_size], [index])
 
     def answer(self, status, next_offset, lo, hi, chunks, count, sizes, offsets, reason=""):
         """A pull's GetMessageResult: the `count` records of `chunks` (runs of whole records,

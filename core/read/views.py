@@ -195,6 +195,11 @@ class ConsumeQueueView(ConsumeQueue):
     def get_max_offset_in_queue(self) -> int:
         return self.max_entries
 
+    def repair_entry(self, index: int, phys: int, size: int, tags_code: int) -> bool:
+        """Never here: the reput process writes the queue (a damaged entry a pull re-derived
+        is served from the CommitLog at each pull; `mqstore check --fix` writes it again)."""
+        return False
+
     def learn_max(self, max_offset: int) -> None:
         """An arrival: entries below `max_offset` are written."""
         if max_offset > self.max_entries:

@@ -165,6 +165,29 @@ def test_fields_format_carries_every_metadata_field(services):
         "body_crc": decode_message(w.record(res)).body_crc}]
 
 
+@pytest.mark.parametrize("at, bit", [(7, 4), (5, 1), (10, 3), (0, 6)])  # phys +16, far, size, sign
+def test_a_damaged_entry_is_served_from_the_commitlog(services, at, bit):
+    """A consume-queue entry damaged under the running reader: the pull finds its record in
+    the CommitLog and serves it (core.read.rederive); the entry is the reput process's to write
+    (`check --fix`), so the reader leaves its bytes."""
+    h, w, c = services()
+    for i in range(40):
+        w.put(1, "T", i % 2, first=i, confirm=False)
+    w.confirm()
+    w.wait_dispatched()
+    want, _ = pull_all(c, "T", 0, max_msgs=8)
+    path = os.path.join(h.config.consumequeue_dir, "T", "0", "%020d" % 0)
+    with open(path, "r+b") as f:
+        f.seek(7 * 20 + at)
+        b = f.read(1)[0]
+        f.seek(7 * 20 + at)
+        f.write(bytes([b ^ 1 << bit]))
+    got, last = pull_all(c, "T", 0, max_msgs=8)
+    assert got == want and last["status"] == "OFFSET_OVERFLOW_ONE", last
+    rep, frames = pull(c, "T", 0, 7, max_msgs=1, format="raw")
+    assert rep["status"] == "FOUND" and split_records(frames[0]) == want[7:8]
+
+
 def test_tag_filter(services):
     h, w, c = services()
     w.put(300, tags=lambda i: "ABC"[i % 3])
