@@ -84,6 +84,7 @@ def iter_records(chunks):
 
 class BatchStoreReader(StoreReader):
     """StoreReader whose pulls return a `PullBatch`; everything else is inherited."""
+    log_leads_queues = False    # the log view's end is learnt and can trail the queues'
 
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None):
         cq = self.cq_store.find(topic, queue_id)
