@@ -7,7 +7,9 @@ by prometheus-client's HTTP server on its own thread. It keeps:
   counts since its previous event): puts and bytes per topic (counters) and the put latency
   histogram by status;
 - from the reader's `stats` events, `damaged_reads`: records reads refused as damaged
-  (counter mqstore_damaged_reads);
+  (counter mqstore_damaged_reads), and `rederived_entries`: damaged consume-queue entries
+  whose records a pull found intact in the CommitLog and served (counter
+  mqstore_rederived_entries);
 - from any service's `stats` event, every other map named `<what>_latency` (the flusher's
   `flush_latency`, the committer's `commit_latency`, ...) as a histogram by service;
 - from the supervisor once a second (`update`): the control block's positions and lags and
@@ -106,6 +108,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._puts: dict[str, float] = {}
         self._damaged = 0              # records reads refused as damaged (the reader's events)
+        self._rederived = 0            # damaged entries whose records reads served (the same)
         self._bytes: dict[str, float] = {}
         self._put_latency: dict[str, Series] = {}
         self._latency: dict[tuple[str, str], Series] = {}
@@ -150,6 +153,9 @@ class Metrics:
             damaged = event.get("damaged_reads")
             if _number(damaged) and damaged > 0:
                 self._damaged += damaged
+            rederived = event.get("rederived_entries")
+            if _number(rederived) and rederived > 0:
+                self._rederived += rederived
             by_status = event.get("latency")
             sums = event.get("latency_sum_ms")
             sums = sums if isinstance(sums, dict) else {}
@@ -184,6 +190,7 @@ class Metrics:
     def collect(self):
         with self._lock:
             puts, nbytes, damaged = dict(self._puts), dict(self._bytes), self._damaged
+            rederived = self._rederived
             put_latency = {k: v.copy() for k, v in self._put_latency.items()}
             latency = {k: v.copy() for k, v in self._latency.items()}
             snap, disk = dict(self._snapshot), dict(self._disk)
@@ -198,6 +205,10 @@ class Metrics:
         c = CounterMetricFamily("mqstore_damaged_reads", "Records a pull, query or lookup found "
                                 "damaged and did not serve")
         c.add_metric([], damaged)
+        yield c
+        c = CounterMetricFamily("mqstore_rederived_entries", "Damaged consume-queue entries whose "
+                                "records a pull found intact in the CommitLog and served")
+        c.add_metric([], rederived)
         yield c
         h = HistogramMetricFamily("mqstore_put_latency_seconds", "Put latency, by put status",
                                   labels=["status"])

@@ -88,7 +88,7 @@ class Reader(ServiceLoop):
         self.ops.register(self.handlers)
         self.ops.groups = GroupOps(name_field, self.ops.queue_count)
         self.ops.groups.register(self.handlers)
-        self._damage_reported = 0
+        self._damage_reported = (0, 0)          # (damaged reads, re-derived entries)
         self._sync_bounds()
         self._swept_dispatched = -1
         self._next_sweep = 0.0
@@ -149,12 +149,15 @@ class Reader(ServiceLoop):
         self._report_damage()
 
     def _report_damage(self) -> None:
-        """A `stats` event with the records reads refused as damaged since the last one
-        (metric mqstore_damaged_reads; core.read.check logs each)."""
-        count = self.ops.store_reader.damage.count
-        if count != self._damage_reported:
-            self.emit("stats", damaged_reads=count - self._damage_reported)
-            self._damage_reported = count
+        """A `stats` event with the records reads refused as damaged since the last one and
+        the damaged consume-queue entries whose records reads served (metrics
+        mqstore_damaged_reads and mqstore_rederived_entries; core.read.check logs each)."""
+        damage = self.ops.store_reader.damage
+        now = (damage.count, damage.entries)
+        if now != self._damage_reported:
+            before = self._damage_reported
+            self.emit("stats", damaged_reads=now[0] - before[0], rederived_entries=now[1] - before[1])
+            self._damage_reported = now
 
     def _follows_master(self) -> bool:
         """On a slave, take the master's offsets and topics as the ha process wrote them (every

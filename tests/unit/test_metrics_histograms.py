@@ -72,3 +72,11 @@ def test_damaged_reads_are_counted():
         m.handle({"event": "stats", "service": "reader", "damaged_reads": n})
     text = generate_latest(m.registry).decode()
     assert "mqstore_damaged_reads_total 5.0" in text
+
+
+def test_rederived_entries_are_counted():
+    m = Metrics(0)
+    for n in (1, 0, "x", 4):
+        m.handle({"event": "stats", "service": "reader", "damaged_reads": 0, "rederived_entries": n})
+    text = generate_latest(m.registry).decode()
+    assert "mqstore_rederived_entries_total 5.0" in text and "mqstore_damaged_reads_total 0.0" in text
