@@ -14,26 +14,31 @@ import shutil
 from _pipeline_side import QUEUES, TOPIC, StoreProcess, consume
 
 
-def integrity_rows(bench, wait_quiet, seconds: float = 3.0) -> list[tuple[str, float, float]]:
-    """(workload, msgs/s with the record CRC, msgs/s without), for produce and consume."""
+def integrity_rows(bench, wait_quiet, seconds: float = 3.0, rounds: int = 3) -> list[tuple[str, float, float]]:
+    """(workload, msgs/s with the record CRC, msgs/s without), for produce and consume: the
+    best of `rounds` rounds, each one store with and one without, alternating (a single pair
+    of 3 s runs moved from 0.74x to 0.97x between runs on this shared machine)."""
     from ipc import Admin
-    got = {}
-    for crc in (True, False):
-        store = StoreProcess(os.path.join(bench.root, f"integrity-{crc}"), "ASYNC_FLUSH",
-                             bench.plan.cache_window,
-                             config={"enabled_append_prop_crc": crc}).start()
-        try:
-            with Admin(store.address) as admin:
-                admin.create_topic(TOPIC, QUEUES)
-            _, r = bench.produce(store, 1024, "batch", 1, seconds)
-            wait_quiet(store.address)
-            c = consume(store.address, seconds)
-            got[crc] = (r["acked"] / r["seconds"], c["messages"] / c["seconds"])
-        finally:
-            store.stop()
-            shutil.rmtree(store.root, ignore_errors=True)
-    return [("produce 1 KiB ASYNC batch100 x1: record CRC on / off", got[True][0], got[False][0]),
-            ("consume 1 KiB x1 consumer: record CRC / body CRC checked", got[True][1], got[False][1])]
+    best = {True: (0.0, 0.0), False: (0.0, 0.0)}
+    for r in range(rounds):
+        for crc in (True, False):
+            store = StoreProcess(os.path.join(bench.root, f"integrity-{crc}-{r}"), "ASYNC_FLUSH",
+                                 bench.plan.cache_window,
+                                 config={"enabled_append_prop_crc": crc}).start()
+            try:
+                with Admin(store.address) as admin:
+                    admin.create_topic(TOPIC, QUEUES)
+                _, p = bench.produce(store, 1024, "batch", 1, seconds)
+                wait_quiet(store.address)
+                c = consume(store.address, seconds)
+                was = best[crc]
+                best[crc] = (max(was[0], p["acked"] / p["seconds"]),
+                             max(was[1], c["messages"] / c["seconds"]))
+            finally:
+                store.stop()
+                shutil.rmtree(store.root, ignore_errors=True)
+    return [("produce 1 KiB ASYNC batch100 x1: record CRC on / off", best[True][0], best[False][0]),
+            ("consume 1 KiB x1 consumer: record CRC / body CRC checked", best[True][1], best[False][1])]
 
 
 def print_rows(rows) -> None:
