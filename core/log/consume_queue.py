@@ -30,7 +30,7 @@ import numpy as np
 
 from core.files.fileops import FileOps
 from core.files.mapped_file_queue import MappedFileQueue
-from core.log.queue_check import header_matches
+from core.log.queue_check import RecordHeaders
 
 UNIT_SIZE = 20
 BLANK_SIZE = 0x7FFFFFFF            # size of a pre-blank filler entry (Integer.MAX_VALUE)
@@ -149,13 +149,19 @@ def _first_unlike_its_record(data: bytes, lo: int, hi: int, commitlog, queue_id:
                              first: int) -> tuple[int, int] | None:
     """(the first entry of [lo, hi) whose record's header is not the entry's, the largest
     record end before it), or None."""
-    for k, (phys, size, _) in enumerate(ENTRY.iter_unpack(data[lo * UNIT_SIZE:hi * UNIT_SIZE]), lo):
-        if size != BLANK_SIZE and not header_matches(commitlog, phys, size, queue_id, first + k):
-            head = np.frombuffer(data, ENTRY_DTYPE, k)
-            real = head["size"] != BLANK_SIZE
-            ends = head["phys"][real].astype(np.int64) + head["size"][real]
-            return k, int(ends.max()) if len(ends) else 0
-    return None
+    headers = RecordHeaders(commitlog)
+    try:
+        for k, (phys, size, _) in enumerate(ENTRY.iter_unpack(data[lo * UNIT_SIZE:hi * UNIT_SIZE]), lo):
+            if size != BLANK_SIZE and not headers.matches(phys, size, queue_id, first + k):
+                break
+        else:
+            return None
+    finally:
+        headers.close()
+    head = np.frombuffer(data, ENTRY_DTYPE, k)
+    real = head["size"] != BLANK_SIZE
+    ends = head["phys"][real].astype(np.int64) + head["size"][real]
+    return k, int(ends.max()) if len(ends) else 0
 
 
 class _DataInMemory:
