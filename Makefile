@@ -22,11 +22,11 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/record/_*.c core/record/_*.h) 
 
 venv: $(STAMP)
 
-# The default suite: everything not marked slow (a few minutes on 2 cores).
+# The default suite: everything not marked slow (about six minutes on 2 cores).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-# The slow and heavy cases (bigger hypothesis runs, long soaks); CI runs them after `make test`.
+# The slow and heavy cases (bigger hypothesis runs, long soaks, process tests of 2.5 s or more); CI runs them after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 

@@ -83,6 +83,7 @@ def test_sigkill_of_a_service_is_restarted(running, name):
     assert all(x["state"] == "RUNNING" for x in running.status()["services"])
 
 
+@pytest.mark.slow
 def test_committer_is_restarted_with_the_transient_pool(tmp_path):
     s = SupervisedStore(tmp_path, transient_store_pool_enable=True).start()
     try:
@@ -137,6 +138,7 @@ def test_a_hung_service_is_killed_and_restarted(running):
     assert wait_for(lambda: running.status()["positions"]["flushed"] > r["phys_offset"], 10)
 
 
+@pytest.mark.slow
 def test_failed_flush_runs_abnormal_recovery_and_restarts_everything(tmp_path):
     trigger = str(tmp_path / "fail-next-flush")
     env = {"PYTHONPATH": FAULTS_DIR, "FAULT_FDATASYNC_SERVICE": "flusher",

@@ -41,6 +41,7 @@ def bodies(lo: int, hi: int, pad: int = 200) -> list[bytes]:
     return [b"%06d" % i + b"-" * pad for i in range(lo, hi)]
 
 
+@pytest.mark.slow
 def test_a_slave_killed_mid_stream_catches_up_when_started_again(tmp_path, stores):
     m = master(tmp_path, role="ASYNC_MASTER")
     stores.append(m)
@@ -58,6 +59,7 @@ def test_a_slave_killed_mid_stream_catches_up_when_started_again(tmp_path, store
 
 
 @pytest.mark.parametrize("side", ["master", "slave"])
+@pytest.mark.slow
 def test_the_ha_process_killed_is_restarted_and_replication_resumes(tmp_path, stores, side):
     m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     put_range(m, "H", 0, 500)

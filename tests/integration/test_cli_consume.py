@@ -41,6 +41,7 @@ def test_output_closed_by_head_commits_only_what_was_written(store):
     assert "0 messages" in run.stderr or "3 messages" in run.stderr      # the count it committed
 
 
+@pytest.mark.slow
 def test_follow_through_store_follows_a_store_restarted_on_new_ports(tmp_path):
     s = SupervisedStore(tmp_path, "moved").start()
     try:

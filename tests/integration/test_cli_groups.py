@@ -8,11 +8,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from ipc import Admin, Producer
 from tests.integration.harness import wait_for
 from tests.integration.supervised import REPO, SupervisedStore, cli
 
 
+@pytest.mark.slow
 def test_produce_count_auto_batches_and_two_followers_split_the_queues(tmp_path):
     s = SupervisedStore(tmp_path, mapped_file_size_commitlog=4 * 1024 * 1024).start()
     followers = []

@@ -257,6 +257,7 @@ def run_cli(*args, stdin: str | None = None, timeout: float = 60.0):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_cli_produce_consume_query_topics(store, tmp_path):
     a = ["--address", store.address]
     p = run_cli("produce", "--topic", "cli", "--body", "hi there", "--tags", "T1", "--keys", "ck1",
@@ -370,6 +371,7 @@ def test_cli_without_a_store(tmp_path):
         assert out.returncode == 1 and "no store is running" in out.stderr, out
 
 
+@pytest.mark.slow
 def test_producer_rides_over_a_killed_appender(tmp_path):
     s = SupervisedStore(tmp_path, "kill", **CONFIG).start()
     try:
@@ -389,6 +391,7 @@ def test_producer_rides_over_a_killed_appender(tmp_path):
         s.ensure_stopped()
 
 
+@pytest.mark.slow
 def test_a_put_that_failed_while_the_store_was_down_is_not_stored_when_it_is_back(tmp_path):
     """A send that timed out because the store was down is not kept queued in the client and
     delivered once the store is back on the same ports (it was, before ZMQ_IMMEDIATE)."""
@@ -411,6 +414,7 @@ def test_a_put_that_failed_while_the_store_was_down_is_not_stored_when_it_is_bac
         s.ensure_stopped()
 
 
+@pytest.mark.slow
 def test_a_send_to_a_stopped_store_is_one_attempt_and_one_hello(tmp_path):
     """Nothing can be sent while the store is down: the send fails after its timeout and one
     unanswered hello, instead of waiting its whole timeout once more for every retry."""
@@ -431,6 +435,7 @@ def test_a_send_to_a_stopped_store_is_one_attempt_and_one_hello(tmp_path):
         s.ensure_stopped()
 
 
+@pytest.mark.slow
 def test_clients_follow_a_restarted_store_to_its_new_ports(tmp_path):
     s = SupervisedStore(tmp_path, "moved", **CONFIG).start()
     try:

@@ -36,6 +36,7 @@ def bodies(store: SupervisedStore, topic: str, n: int, timeout: float = 15.0) ->
     return out
 
 
+@pytest.mark.slow
 def test_puts_in_flight_to_a_killed_appender_fail_at_once(store):
     with Producer(store.address, timeout=60.0, retries=0) as p:
         assert p.send("lost", b"before", queue_id=0).ok
@@ -90,6 +91,7 @@ def test_replies_that_arrived_before_the_appender_died_are_delivered(store):
         conn.close()
 
 
+@pytest.mark.slow
 def test_produce_goes_on_past_a_killed_appender(store):
     """`mqstore produce` while the appender is killed: the puts it had in flight are counted
     unconfirmed at once and the rest of the input is stored by the restarted appender. It

@@ -66,6 +66,7 @@ def produce(p: Producer, topic: str, start: int, n: int, queues: int = QUEUES) -
     assert p.flush(60) and all(f.result(0).ok for f in futs)
 
 
+@pytest.mark.slow
 def test_members_share_the_queues_through_join_close_and_kill(store, tmp_path):
     topic, group = "shared", "g-shared"
     with Admin(store.address) as admin, Producer(store.address) as p:

@@ -9,6 +9,7 @@ import os
 import signal
 import time
 
+import pytest
 
 from core.record.decode import decode_message
 from tests.integration.harness import wait_for
@@ -44,6 +45,7 @@ def collect(s, topic: str, queue_id: int, want: int, timeout: float = 20.0) -> l
     return got
 
 
+@pytest.mark.slow
 def test_levels_delivered_on_time_with_their_fields(store):
     s = store(message_delay_level=LEVELS).start()
     sent = []
@@ -86,6 +88,7 @@ def _bodies(s) -> list:
     return [m.body for m, _ in pull_raw(s, "t", 0)]
 
 
+@pytest.mark.slow
 def test_scheduler_killed_while_pending_delivers_all(store):
     s = store(message_delay_level=LEVELS).start()
     _put_pending(s, 20, 2, b"a")
@@ -99,6 +102,7 @@ def test_scheduler_killed_while_pending_delivers_all(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_whole_tree_killed_while_pending_delivers_all(store):
     s = store(message_delay_level=LEVELS).start()
     _put_pending(s, 30, 3, b"c")
@@ -113,6 +117,7 @@ def test_whole_tree_killed_while_pending_delivers_all(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_timers_across_a_killed_tree(store):
     s = store().start()
     t0 = time.time_ns() // 1_000_000
@@ -134,6 +139,7 @@ def test_timers_across_a_killed_tree(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_status_and_metrics_show_what_is_pending(store):
     from supervisor.ports import free_port
     from tests.integration.supervised import cli
@@ -162,6 +168,7 @@ def test_status_and_metrics_show_what_is_pending(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_delivery_refused_for_good_does_not_hold_its_level(store):
     s = store(message_delay_level="2s").start()
     hello = s.call("hello")[0]
@@ -177,6 +184,7 @@ def test_a_delivery_refused_for_good_does_not_hold_its_level(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_producer_and_cli_send_delayed_messages(store):
     import datetime
 
@@ -204,6 +212,7 @@ def test_producer_and_cli_send_delayed_messages(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_offsets_file_torn_between_runs_delivers_again_without_loss(store):
     s = store(message_delay_level="1s").start()
     _put_pending(s, 10, 1, b"e")

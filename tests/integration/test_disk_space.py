@@ -18,6 +18,7 @@ def small_fs(tmp_path):
         yield mnt
 
 
+@pytest.mark.slow
 def test_puts_stop_over_the_warning_ratio_and_resume_when_space_is_freed(tmp_path, small_fs):
     store = SupervisedStore(tmp_path, root=str(small_fs / "store"),
                             disk_space_warning_level_ratio=50).start()

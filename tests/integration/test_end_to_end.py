@@ -293,6 +293,7 @@ def run_volume(started, total: int, **config):
     return s, acks, seen
 
 
+@pytest.mark.slow
 def test_20k_messages_four_producers_eight_topics(started):
     s, _, _ = run_volume(started, 20_000)
     report = stop_and_fsck(s)
@@ -308,6 +309,7 @@ def test_100k_messages_four_producers_eight_topics(started):
     assert report.stats["segments"] >= 50 and report.stats["index_files"] >= 12
 
 
+@pytest.mark.slow
 def test_sync_flush_acks_only_flushed_records(started):
     s, acks, seen = run_volume(started, 20_000, flush_disk_type="SYNC_FLUSH")
     assert "sync_flush" in s.status()["flags"]
@@ -318,12 +320,14 @@ def test_sync_flush_acks_only_flushed_records(started):
     stop_and_fsck(s)
 
 
+@pytest.mark.slow
 def test_transient_store_pool(started):
     s, _, _ = run_volume(started, 20_000, transient_store_pool_enable=True)
     assert "transient_pool" in s.status()["flags"]
     stop_and_fsck(s)
 
 
+@pytest.mark.slow
 def test_tiny_segments_roll_with_blank_records(started):
     """16 KiB segments and bodies up to ~2 KiB: a segment holds a handful of records, so
     almost every batch meets a segment end; every full segment must end with a blank."""
@@ -384,6 +388,7 @@ def test_long_poll_is_woken_by_new_data(started):
     stop_and_fsck(s)
 
 
+@pytest.mark.slow
 def test_tailing_consumer_reads_every_message(started):
     """A consumer that keeps up with a producer (its pulls reach the end of each queue while
     new messages are dispatched) must still read every offset: a gap here is a message the
@@ -428,6 +433,7 @@ def test_tailing_consumer_reads_every_message(started):
     stop_and_fsck(s)
 
 
+@pytest.mark.slow
 def test_clean_stop_then_start_is_a_normal_recovery_with_all_data(started):
     s = started()
     topics = [topic_name(i) for i in range(3)]

@@ -56,6 +56,7 @@ def produce(address: str, acked: list, stop: threading.Event, topic: str) -> Non
         client.close()
 
 
+@pytest.mark.slow
 def test_master_killed_slave_promoted_old_master_rejoins(tmp_path, stores):
     m, s = connected_pair(tmp_path, stores, role="SYNC_MASTER")
     acked, stop = [], threading.Event()

@@ -54,6 +54,7 @@ def delay_offsets(store) -> dict:
         return {}
 
 
+@pytest.mark.slow
 def test_offsets_and_topics_committed_on_the_master_are_the_slaves(tmp_path, stores):
     m, s = connected_pair(tmp_path, stores, role="ASYNC_MASTER")
     put_all(m, "C", [b"c%d" % i for i in range(10)])
@@ -125,6 +126,7 @@ def _config_push(name, data: bytes, length=None) -> list:
             data]
 
 
+@pytest.mark.slow
 def test_a_slave_refuses_bad_metadata_from_its_master_and_keeps_following(tmp_path, stores):
     ctx = zmq.Context.instance()
     fake = ctx.socket(zmq.ROUTER)

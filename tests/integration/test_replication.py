@@ -20,6 +20,7 @@ SEGMENT = TINY_TOML["mapped_file_size_commitlog"]
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+@pytest.mark.slow
 def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_path, stores, flush):
     m = master(tmp_path, role="SYNC_MASTER", flush_disk_type=flush)
     stores.append(m)
@@ -47,6 +48,7 @@ def test_ten_puts_are_read_back_from_the_slave_and_the_logs_are_identical(tmp_pa
     assert "replication: SYNC_MASTER  epoch 1" in shown and f"{end} B" not in shown, shown
 
 
+@pytest.mark.slow
 def test_sync_master_without_its_slave_never_answers_put_ok(tmp_path, stores):
     m = master(tmp_path, role="SYNC_MASTER")
     stores.append(m)
@@ -88,6 +90,7 @@ def test_async_master_answers_put_ok_with_or_without_a_slave(tmp_path, stores):
         client.close()
 
 
+@pytest.mark.slow
 def test_an_empty_slave_catches_up_a_master_of_many_segments_and_serves_every_queue(tmp_path, stores):
     # 1 KiB chunks: records split across chunks, and far more chunks than the window of
     # unacknowledged ones (services/ha/master.WINDOW_CHUNKS)
@@ -113,6 +116,7 @@ def test_an_empty_slave_catches_up_a_master_of_many_segments_and_serves_every_qu
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_replication_metrics(tmp_path, stores):
     import urllib.request
     from tests.integration.replicas import FAST_HA
@@ -135,6 +139,7 @@ def test_replication_metrics(tmp_path, stores):
     assert 'mqstore_replication_bytes_total{direction="sent"}' in text
 
 
+@pytest.mark.slow
 def test_a_slave_survives_its_masters_restart(tmp_path, stores):
     from tests.integration.replicas import FAST_HA
     from tests.integration.supervised import SupervisedStore, free_port_block

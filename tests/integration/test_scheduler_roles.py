@@ -7,6 +7,8 @@ import json
 import os
 import time
 
+import pytest
+
 from core.record.decode import decode_message
 from ipc.control_block import Word
 from tests.integration.harness import RawClient, ServiceHarness, wait_for
@@ -28,6 +30,7 @@ def _delivered(reader: RawClient) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_slave_delivers_nothing_and_a_promotion_resumes_from_the_file(tmp_path):
     cfg = make_config(tmp_path, message_delay_level="1s 2s")
     with ServiceHarness(cfg, SERVICES) as h:

@@ -53,6 +53,7 @@ def _unknown_key(tmp_path) -> str:
     return secret
 
 
+@pytest.mark.slow
 def test_no_key_an_unknown_key_and_a_revoked_key_get_no_answer_and_store_nothing(secure, tmp_path):
     before = _wrote(secure)
     stranger = _unknown_key(tmp_path)
@@ -272,6 +273,7 @@ def _slave_state(slave: SupervisedStore) -> dict:
     return slave.status()["replication"]
 
 
+@pytest.mark.slow
 def test_a_replica_key_follows_a_secure_master_and_an_unknown_key_cannot(tmp_path):
     m = SecureStore(tmp_path, "master", broker_role="ASYNC_MASTER", **FAST_HA)
     replica = m.new_key("replica1", "replica")
@@ -312,6 +314,7 @@ def test_a_replica_key_follows_a_secure_master_and_an_unknown_key_cannot(tmp_pat
 
 
 
+@pytest.mark.slow
 def test_promote_on_a_secure_store_needs_an_admin_key(tmp_path):
     s = SecureStore(tmp_path, "lone-slave", **FAST_HA)
     producer = s.new_key("prod", "producer")

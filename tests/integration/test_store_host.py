@@ -44,6 +44,7 @@ def sent_and_stored(s: SupervisedStore, topic: str) -> tuple[tuple, tuple, str]:
     return (ip, port, offset), stored_host(s, reply["msg_id"]), reply["msg_id"]
 
 
+@pytest.mark.slow
 def test_msg_id_and_store_host_carry_the_port_the_store_listens_at(store):
     port = free_port_block()
     s = store().start("--port", str(port))

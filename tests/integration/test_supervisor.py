@@ -76,6 +76,7 @@ def test_front_door_and_clean_stop(store):
         pass
 
 
+@pytest.mark.slow
 def test_restart_after_clean_stop_is_normal_and_keeps_the_data(store):
     s = store().start()
     put_some(s, "Keep", 40, size=500)
@@ -118,6 +119,7 @@ def test_killed_supervisor_leaves_abort_and_next_start_recovers_abnormally(store
     assert not os.path.exists(s.path("abort"))
 
 
+@pytest.mark.slow
 def test_a_start_unlinks_the_control_block_of_a_killed_tree(store):
     """SIGKILL of the whole tree, Python's resource tracker included (which would otherwise
     unlink the segment when its supervisor dies): the next start removes the dead one's
@@ -131,6 +133,7 @@ def test_a_start_unlinks_the_control_block_of_a_killed_tree(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_status_and_stop_commands(store):
     s = store().start()
     put_some(s, "Cmd", 5)
@@ -222,6 +225,7 @@ def check_histogram(series: dict, bounds: list) -> None:
     assert lower - 1e-9 <= series["sum"] <= upper + 1e-9, (series, lower, upper)
 
 
+@pytest.mark.slow
 def test_metrics_endpoint(store):
     port = free_port()
     s = store().start("--metrics-port", str(port))
@@ -267,6 +271,7 @@ def test_metrics_port_zero_picks_a_free_port_that_status_shows(store):
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_damaged_record_is_told_on_stderr_and_the_log_kept_behind_it(store):
     # Regression: one flipped body byte made the next start drop every record after it, and
     # the operator saw only "recovery done: the log spans [0, X)". Now (integrity) the damaged

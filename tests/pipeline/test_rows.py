@@ -42,6 +42,7 @@ def in_range(msg) -> bool:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(messages().filter(in_range), min_size=1, max_size=12), st.integers(0, 1 << 40),
        st.booleans())
+@pytest.mark.slow
 def test_rows_equal_the_store_decoder_for_random_records(msgs, store_ts, v2_first):
     records = [encode_message(m, queue_offset=i, phys_offset=1000 + i, store_timestamp=store_ts)
                for i, m in enumerate(msgs)]

@@ -15,6 +15,7 @@ from tests.integration.secure_stores import SecureStore
 from tests.pipeline.arrow_rows import record_batch, rows_of
 
 
+@pytest.mark.slow
 def test_a_secure_store_is_written_and_read_with_key_options(tmp_path):
     s = SecureStore(tmp_path, "spark-secure")
     writer_key, reader_key = s.new_key("spark-w", "producer"), s.new_key("spark-r", "admin")

@@ -50,6 +50,7 @@ def produce(store, topic: str, bodies: list) -> None:
         assert wait_for(lambda: sum(q["max_offset"] for q in admin.queue_offsets(topic)) >= len(bodies))
 
 
+@pytest.mark.slow
 def test_batch_read_of_the_commitlog_files_without_registering(spark, store):
     bodies = [f"r{i}".encode() * (1 + i % 40) for i in range(1500)]
     produce(store, "ReadMe", bodies)
@@ -62,6 +63,7 @@ def test_batch_read_of_the_commitlog_files_without_registering(spark, store):
     assert df.filter("queue_offset < 0 or store_timestamp is null").count() == 0
 
 
+@pytest.mark.slow
 def test_write_then_read_back(spark, store):
     df = spark.createDataFrame([(f"w{i}", "tagged" if i % 3 == 0 else None, f"key{i}") for i in range(600)],
                                "body string, tags string, keys string").repartition(3)
@@ -90,6 +92,7 @@ def test_a_bad_option_surfaces_as_the_query_error(spark, store):
         spark.read.format("mqstore").schema("body binary").option("path", store.root).load().collect()
 
 
+@pytest.mark.slow
 def test_stream_restarted_from_its_checkpoint_reads_each_message_once(spark, store, tmp_path):
     produce(store, "Streamed", [f"s{i}".encode() for i in range(700)])
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
@@ -113,6 +116,7 @@ def test_stream_restarted_from_its_checkpoint_reads_each_message_once(spark, sto
     assert sorted(bytes(r.body) for r in result.collect()) == sorted(f"s{i}".encode() for i in range(950))
 
 
+@pytest.mark.slow
 def test_stream_into_the_store(spark, store, tmp_path):
     produce(store, "Source", [f"c{i}".encode() for i in range(120)])
     q = (spark.readStream.format("mqstore").option("address", store.address).option("topic", "Source")

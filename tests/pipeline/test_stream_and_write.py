@@ -175,6 +175,7 @@ def test_overwrite_is_refused(store):
         ProducerWriter(CaseInsensitiveDict({"address": store.address}), True)
 
 
+@pytest.mark.slow
 def test_path_follows_a_store_restarted_on_other_ports(tmp_path):
     s = SupervisedStore(tmp_path, "moving").start()
     try:
@@ -256,6 +257,7 @@ def test_a_checkpoint_of_another_topic_is_refused(store):
         r.partitions(start, start)
 
 
+@pytest.mark.slow
 def test_group_offsets_a_store_cannot_take_are_logged_not_raised(tmp_path, caplog):
     s = SupervisedStore(tmp_path, "gone").start()
     r = QueueStreamReader(CaseInsensitiveDict({"address": s.address, "topic": "G", "group": "g1"}))
