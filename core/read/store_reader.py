@@ -27,6 +27,7 @@ from core.status import GetMessageResult, GetMessageStatus, QueryMessageResult
 from core.read.subscription import subscription_codes
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024
+REDERIVED_KEPT = 4096            # re-derived entries a reader remembers (a view cannot repair them)
 _MAGICS = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 
 
@@ -75,6 +76,7 @@ class StoreReader:
         self.correct = corrects_offsets(config)
         self.check_crc = crc_mode(config)
         self.damage = DamageLog()
+        self._rederived: dict = {}       # (topic, queue id, offset) -> the record `_rederive` found
 
     # -- pulls ---------------------------------------------------------------------------
     def get_message(self, group, topic, queue_id, offset, max_msgs, tag_filter=None) -> GetMessageResult:
@@ -213,11 +215,20 @@ class StoreReader:
     def _rederive(self, cq, index, phys, why, lo, hi):
         """FOUND with the record of entry `index` when the CommitLog holds it intact
         (`core.read.rederive`; the entry is written again where this process writes the
-        queue); None when it does not."""
-        found = find_record(self.commitlog, cq, index, self.check_crc, self.config.delay_levels_ms)
+        queue); None when it does not. Where it is not written again (a view), the record found
+        is remembered, so that the next pulls of it read it at once instead of walking again."""
+        key = (cq.topic, cq.queue_id, index)
+        found = self._rederived.get(key)
+        if found is None:
+            found = find_record(self.commitlog, cq, index, self.check_crc, self.config.delay_levels_ms)
         record = self.commitlog.read(found.commit_log_offset, found.msg_size) if found else None
-        if record is None:
+        if record is None or record_problem(record, 0, len(record), found.commit_log_offset,
+                                            cq.topic.encode(), cq.queue_id, index, self.check_crc):
+            self._rederived.pop(key, None)
             return None
+        if len(self._rederived) >= REDERIVED_KEPT:
+            self._rederived.pop(next(iter(self._rederived)))
+        self._rederived[key] = found                 # a view's queue keeps the damaged entry
         repaired = cq.repair_entry(index, found.commit_log_offset, found.msg_size, found.tags_code)
         self.damage.note_entry(f"{cq.topic}:{cq.queue_id} offset {index}", phys, why,
                                found.commit_log_offset, repaired)

@@ -123,3 +123,21 @@ def test_an_old_entry_damaged_at_rest_is_read_right_and_a_start_reads_only_the_t
     with open(path, "rb") as f:
         assert f.read() == before
     assert s.reader.damage.entries == 1
+
+
+def test_a_reader_over_views_remembers_the_record_it_found(tmp_path, monkeypatch):
+    """The reader process cannot write the entry again: it serves the record it found and
+    remembers it, so that the next pulls of that entry do not walk the CommitLog again."""
+    from core.read import store_reader
+    from tests.unit.test_reader_pull_fast import answer, build
+    ours, _, theirs, _ = build(tmp_path)
+    cq = ours.cq_store.find("T", 2)
+    want = answer(theirs.get_message("g", "T", 2, 3, 1))
+    path = os.path.join(ours.config.consumequeue_dir, "T", "2", "%020d" % 0)
+    flip(path, 3 * UNIT_SIZE + 7, 3)                        # entry 3: offset +-8
+    walks = []
+    real = store_reader.find_record
+    monkeypatch.setattr(store_reader, "find_record", lambda *a: walks.append(a) or real(*a))
+    for _ in range(3):
+        assert answer(ours.pull(cq, 3, 1, None)) == want
+    assert len(walks) == 1 and ours.damage.entries == 3
