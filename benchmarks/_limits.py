@@ -458,6 +458,11 @@ def merge_best(a: dict, b: dict) -> dict:
     return {size: {kind: best_of([a[size][kind], b[size][kind]]) for kind in a[size]} for size in a}
 
 
+def median_by(runs: list, rate) -> dict:
+    """The run of median `rate` (an odd number of runs)."""
+    return sorted(runs, key=rate)[len(runs) // 2]
+
+
 # The result table lives in _table; re-exported so that callers keep using `L.<name>`.
 from _table import (  # noqa: E402,F401
     Row, fmt_mb, fmt_ratio, fmt_rate, print_aligned, print_table, spread, write_json,

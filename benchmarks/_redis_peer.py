@@ -13,7 +13,8 @@ import subprocess
 import sys
 import time
 
-from _limits import MB, size_name
+from _limits import MB, fmt_rate, median_by, size_name
+from _pipeline_rows import say
 
 
 def free_port() -> int:
@@ -194,3 +195,36 @@ def replica_wait_peer(root: str, size: int, batch: int, seconds: float, wait: bo
         for server in (replica, master):
             if server is not None:
                 server.stop()
+
+
+def redis_available() -> bool:
+    return bool(shutil.which("redis-server") and shutil.which("redis-benchmark"))
+
+
+def run_redis(root: str, plan, concurrent: int, read_repeats: int) -> dict:
+    """{(size, appendfsync): {"xadd": ..., "xrange": ...}} for benchmarks/pipeline.py's `plan`:
+    XADD for as long as our produce runs last (`timed_xadd`), then XRANGE on the stream it left
+    (the median of `read_repeats`), and under everysec XADD from `concurrent` clients unbatched."""
+    out = {}
+    for fsync in ("everysec", "always"):
+        for size in plan.sizes:
+            server, xadd = timed_xadd(root, fsync, size, plan.redis_xadd[size], plan.produce_s)
+            try:
+                xrange = median_by([server.bench(plan.redis_xrange, 1, 1, "XRANGE", "s", "-", "+",
+                                                 "COUNT", "100") for _ in range(read_repeats)],
+                                   lambda r: r["rps"])
+                if fsync == "everysec":           # unbatched XADDs from 50 clients, on the same server
+                    unbatched = server.bench(plan.redis_xadd_unbatched, concurrent, 1, "XADD", "s", "*",
+                                             "f", "v" * size)
+            finally:
+                server.stop()
+                shutil.rmtree(server.dir, ignore_errors=True)
+            out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
+            if fsync == "everysec":
+                out[(size, fsync)]["xadd_unbatched"] = unbatched
+                say(f"  redis {fsync} {size_name(size)}: XADD -c {concurrent} -P 1 "
+                    f"{fmt_rate(unbatched['rps'])}/s")
+            say(f"  redis {fsync} {size_name(size)}: XADD {fmt_rate(xadd['rps'])}/s "
+                f"({xadd['n']:,} in {xadd['n'] / xadd['rps']:.1f} s), "
+                f"XRANGE COUNT 100 {fmt_rate(xrange['rps'] * 100)} msgs/s")
+    return out

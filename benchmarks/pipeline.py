@@ -84,7 +84,7 @@ for _p in (REPO, HERE):
         sys.path.insert(0, _p)
 
 import _limits as L                                                           # noqa: E402
-from _limits import size_name                                                 # noqa: E402
+from _limits import median_by, size_name                                      # noqa: E402
 from _pipeline_side import (                                                  # noqa: E402
     BATCH, BATCH_WINDOW_MANY, BATCH_WINDOW_ONE, QUEUES, SINGLE_WINDOW, TOPIC, StoreProcess,
     batch_window, consume, percentile, produce_worker, secure_keys, warm_worker, worker_ready,
@@ -95,7 +95,7 @@ from _client_rows import aio_consume, group_consume                           # 
 from _foreign_load import ForeignLoad, print_foreign                          # noqa: E402
 from _pipeline_integrity import integrity_rows, print_rows as print_integrity  # noqa: E402
 from _pipeline_rows import FLUSH_SHORT, Row, print_table, say                # noqa: E402
-from _redis_peer import print_redis, timed_xadd                               # noqa: E402
+from _redis_peer import print_redis, redis_available, run_redis              # noqa: E402
 
 MANY = 16
 CONCURRENT = 50                  # the unbatched concurrency row: requests in flight in all ...
@@ -107,11 +107,6 @@ INSTALL_HINT = ("redis-server/redis-benchmark not found on the PATH: Redis rows 
                 "On Debian: apt-get install -y redis-server redis-tools (its system service "
                 "need not run; this script starts its own server).")
 PEERS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
-
-
-def median_by(runs: list, rate) -> dict:
-    """The run of median `rate` (READ_REPEATS is odd)."""
-    return sorted(runs, key=rate)[len(runs) // 2]
 
 
 def wait_quiet(address: str, timeout: float = 60.0, flush_slack: int = 1 << 20) -> tuple[bool, float]:
@@ -147,42 +142,6 @@ class Plan:
 FULL = Plan()
 QUICK = Plan(sizes=(1024,), produce_s=1.5, consume_s=2.0, probe_s=1.0,
              redis_xrange=5_000, redis_xadd_unbatched=50_000)
-
-
-# ---- Redis ---------------------------------------------------------------------------------
-
-def redis_available() -> bool:
-    return bool(shutil.which("redis-server") and shutil.which("redis-benchmark"))
-
-
-def run_redis(root: str, plan: Plan) -> dict:
-    """{(size, appendfsync): {"xadd": ..., "xrange": ...}}: XADD for as long as our produce
-    runs last (_redis_peer.timed_xadd), then XRANGE on the stream it left."""
-    out = {}
-    for fsync in ("everysec", "always"):
-        for size in plan.sizes:
-            server, xadd = timed_xadd(root, fsync, size, plan.redis_xadd[size], plan.produce_s)
-            try:
-                xrange = median_by([server.bench(plan.redis_xrange, 1, 1, "XRANGE", "s", "-", "+",
-                                                 "COUNT", "100") for _ in range(READ_REPEATS)],
-                                   lambda r: r["rps"])
-                if fsync == "everysec":           # unbatched XADDs from 50 clients, on the same server
-                    unbatched = server.bench(plan.redis_xadd_unbatched, CONCURRENT, 1, "XADD", "s", "*",
-                                             "f", "v" * size)
-            finally:
-                server.stop()
-                shutil.rmtree(server.dir, ignore_errors=True)
-            out[(size, fsync)] = {"xadd": xadd, "xrange": xrange}
-            if fsync == "everysec":
-                out[(size, fsync)]["xadd_unbatched"] = unbatched
-                say(f"  redis {fsync} {size_name(size)}: XADD -c {CONCURRENT} -P 1 "
-                    f"{L.fmt_rate(unbatched['rps'])}/s")
-            say(f"  redis {fsync} {size_name(size)}: XADD {L.fmt_rate(xadd['rps'])}/s "
-                f"({xadd['n']:,} in {xadd['n'] / xadd['rps']:.1f} s), "
-                f"XRANGE COUNT 100 {L.fmt_rate(xrange['rps'] * 100)} msgs/s")
-    return out
-
-
 
 
 class PipelineBench:
@@ -445,7 +404,7 @@ def main(argv=None) -> int:
         growth = L.page_growth(root, 2 * L.GROWTH_BYTES)   # every new byte the log keeps pays it
         if have_redis:
             say("Redis Streams ...")
-            redis = run_redis(root, plan)
+            redis = run_redis(root, plan, CONCURRENT, READ_REPEATS)
         say(f"mqstore ({'quick' if args.quick else 'full'}) ...")
         with ctx.Pool(max(plan.producers), initializer=warm_worker) as pool, EchoServer() as echo:
             workers = set(pool.map(worker_ready, range(2 * max(plan.producers)), chunksize=1))

@@ -7,14 +7,12 @@ space as its entries are written (one 4 KiB block for a queue of up to 204 entri
 full disk is an OSError(ENOSPC) at the write, never a SIGBUS.
 
 Entries are checked at load against the CommitLog (integrity, DESIGN.md section 7):
-`damage_restart` finds the first of a queue's last three files that cannot be right (a
-negative offset or size, a record past the end of the log, one that starts before the
-previous entry's record ends: a queue's records lie in log order; or, given the CommitLog,
-one of its last TAIL_ENTRIES whose record's header is not the entry's: `core.log.queue_check`;
-an older entry is held to its record when a pull reads it, `core.read.rederive`). Recovery cuts a queue
-there as at its end; the records of the entries after it are intact in the CommitLog, so
-recovery dispatches the log again from the end of the last right entry before the damaged one
-(`core.log.recovery`), which writes the queue anew instead of losing the rest of it.
+`core.log.queue_check.damage_restart` finds the first entry of a queue's last three files that
+cannot be right. Recovery cuts a queue there as at its end; the records of the entries after it
+are intact in the CommitLog, so recovery dispatches the log again from the end of the last right
+entry before the damaged one (`core.log.recovery`), which writes the queue anew instead of
+losing the rest of it. A pull that finds an entry wrong later re-derives it from the CommitLog
+(`core.read.rederive`) and has it written again (`repair_entry`).
 
 Writes are idempotent: an entry that is already there with the same content is skipped; a
 different one at the same slot truncates the queue there (the dispatcher then rebuilds the
@@ -24,21 +22,15 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 
 import numpy as np
 
 from core.files.fileops import FileOps
 from core.files.mapped_file_queue import MappedFileQueue
-from core.log.queue_check import RecordHeaders
+from core.log.cq_entry import BLANK_SIZE, ENTRY, ENTRY_DTYPE, UNIT_SIZE  # noqa: F401 - the format's names
+from core.log.queue_check import TAIL_ENTRIES, damage_restart
 
-UNIT_SIZE = 20
-BLANK_SIZE = 0x7FFFFFFF            # size of a pre-blank filler entry (Integer.MAX_VALUE)
-ENTRY = struct.Struct(">qiq")
-ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _RECOVER_CHUNK = 1 << 14             # entries `recover` reads at a time
-TAIL_ENTRIES = 256                   # entries `recover` checks at the end of a segment
-FEW_ENTRIES = 256                    # up to this many, `damage_restart` checks one at a time
 log = logging.getLogger(__name__)
 
 
@@ -84,84 +76,6 @@ def _check_entries(reader, lo: int, hi: int) -> tuple[int, int | None]:
             real_end = phys + size
         valid += 1
     return valid, real_end
-
-
-def damage_restart(topic: str, queue_id: int, data: bytes, log_limit: int,
-                   trimmed: bool = False, commitlog=None, first: int = 0) -> int | None:
-    """The physical offset to dispatch again from when the packed entries `data` (a queue's
-    last files, joined, zeros past the last entry; `trimmed` when it ends at its last written
-    entry already; `first` the queue offset of its first entry) hold a damaged one; None when
-    none is. With `commitlog`, the last TAIL_ENTRIES entries (those a crash can have torn) are
-    held to their records' headers too; older ones are held to their records when a pull reads
-    them (`core.read.rederive`), so that a start reads a few records of each queue, not the
-    whole log. A damaged first entry dispatches the log again from its start: the offset it
-    names cannot be trusted."""
-    if not trimmed:
-        data = data.rstrip(b"\0")
-    data += bytes(-len(data) % UNIT_SIZE)
-    bad = (_first_damaged_each if len(data) <= FEW_ENTRIES * UNIT_SIZE
-           else _first_damaged_numpy)(data, log_limit)
-    if commitlog is not None:
-        upto = bad[0] if bad is not None else len(data) // UNIT_SIZE
-        unlike = _first_unlike_its_record(data, max(0, upto - TAIL_ENTRIES), upto, commitlog,
-                                          queue_id, first)
-        bad = unlike if unlike is not None else bad
-    if bad is None:
-        return None
-    k, before = bad
-    phys, size, _ = ENTRY.unpack_from(data, k * UNIT_SIZE)
-    log.warning("consume queue %s-%d: entry %d of its last files (offset %d, size %d) cannot "
-                "be right; the queue is written again from the CommitLog from %d", topic, queue_id,
-                k, phys, size, before)
-    return before
-
-
-def _first_damaged_each(data: bytes, log_limit: int) -> tuple[int, int] | None:
-    """(the first damaged entry of `data`, the largest record end before it), or None; one
-    entry at a time: most queues have a handful, where numpy's calls cost 35 us a queue (0.7 s
-    of a 10,000-queue start)."""
-    before = 0
-    for k, (phys, size, _) in enumerate(ENTRY.iter_unpack(data)):
-        if phys < 0 or size <= 0:
-            return k, before
-        if size != BLANK_SIZE:
-            if phys + size > log_limit or phys < before:
-                return k, before
-            before = max(before, phys + size)
-    return None
-
-
-def _first_damaged_numpy(data: bytes, log_limit: int) -> tuple[int, int] | None:
-    """`_first_damaged_each` for many entries, with numpy."""
-    entries = np.frombuffer(data, ENTRY_DTYPE)
-    phys, size = entries["phys"].astype(np.int64), entries["size"].astype(np.int64)
-    real = size != BLANK_SIZE
-    ends = np.where(real, phys + size, 0)
-    before = np.maximum.accumulate(np.concatenate(([0], ends[:-1])))
-    bad = (phys < 0) | (size <= 0) | (real & ((ends > log_limit) | (phys < before)))
-    if not bad.any():
-        return None
-    k = int(np.argmax(bad))
-    return k, int(before[k])
-
-
-def _first_unlike_its_record(data: bytes, lo: int, hi: int, commitlog, queue_id: int,
-                             first: int) -> tuple[int, int] | None:
-    """(the first entry of [lo, hi) whose record's header is not the entry's, the largest
-    record end before it), or None."""
-    headers = RecordHeaders(commitlog)
-    try:
-        for k, (phys, size, _) in enumerate(ENTRY.iter_unpack(data[lo * UNIT_SIZE:hi * UNIT_SIZE]), lo):
-            if size != BLANK_SIZE and not headers.matches(phys, size, queue_id, first + k):
-                break
-        else:
-            return None
-    finally:
-        headers.close()
-    head = np.frombuffer(data, ENTRY_DTYPE, k)
-    real = head["size"] != BLANK_SIZE
-    ends = head["phys"][real].astype(np.int64) + head["size"][real]
-    return k, int(ends.max()) if len(ends) else 0
 
 
 class _DataInMemory:

@@ -98,7 +98,7 @@ def test_an_old_entry_damaged_at_rest_is_read_right_and_a_start_reads_only_the_t
     """At load only a queue's last TAIL_ENTRIES entries are held to their records (a start
     reads a few records of each queue, not the log); an older damaged one is found by the
     pull that reads it, which serves its record and writes the entry again."""
-    from core.log import consume_queue, queue_check
+    from core.log import queue_check
     cfg = tiny_config(mapped_file_size_consume_queue=UNIT_SIZE * 1000,
                       mapped_file_size_commitlog=1 << 20)
     s = open_store(cfg)
@@ -117,7 +117,7 @@ def test_an_old_entry_damaged_at_rest_is_read_right_and_a_start_reads_only_the_t
     monkeypatch.setattr(queue_check.RecordHeaders, "matches",
                         lambda self, *a: held.append(a) or real(self, *a))
     s = open_store(cfg)
-    assert 0 < len(held) <= consume_queue.TAIL_ENTRIES
+    assert 0 < len(held) <= queue_check.TAIL_ENTRIES
     got, statuses = pull_all(s)
     assert got == want and S.MESSAGE_DAMAGED not in statuses
     with open(path, "rb") as f:

@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 
 from core import Message
 from core.files.fileops import FileOps
-from core.log.consume_queue import (
-    BLANK_SIZE, ENTRY, FEW_ENTRIES, UNIT_SIZE, _first_damaged_each, _first_damaged_numpy,
-)
+from core.log.consume_queue import BLANK_SIZE, ENTRY, UNIT_SIZE
+from core.log.queue_check import FEW_ENTRIES, _first_damaged_each, _first_damaged_numpy
 from core.log.consume_queue_store import ConsumeQueueStore
 
 QUEUES = 24
