@@ -122,7 +122,7 @@ class StoreReader:
         run_start = run_stop = -1
         run_n = count = total = scanned = 0
         removing = False
-        suspect = None                               # why the first entry cannot be right
+        suspect, past_end = None, False              # why the first entry cannot be right
         for phys, size, tags in ENTRY.iter_unpack(raw):
             if count:                                # the batch limits, inlined
                 if phys >= near:
@@ -136,7 +136,7 @@ class StoreReader:
             if phys >= min_phy and size > 0 and phys + size > end:
                 scanned -= 1                         # not readable here yet: the next pull
                 if not scanned:                      # starts at it (never skip a live record)
-                    suspect = "its record would end past the log's end"
+                    suspect, past_end = "its record would end past the log's end", True
                 break
             if phys >= min_phy and (size <= 0 or phys % seg + size > seg):
                 scanned -= 1                         # no record is so: the entry is damaged
@@ -159,7 +159,7 @@ class StoreReader:
             chosen_sizes.append(size)
             chosen_offsets.append(offset + scanned - 1)
         if suspect is not None:
-            return self._suspect_first(cq, offset, suspect, lo, hi)
+            return self._suspect_first(cq, offset, suspect, past_end, lo, hi, codes)
         if run_n:
             runs.append((run_start, run_stop, run_n))
         chunks, lost = copy_runs(commitlog.queue, runs, places=True)
@@ -173,13 +173,13 @@ class StoreReader:
                                     self.check_crc)
             if damaged is not None:
                 return self._cut_before(damaged, chunks, chosen_phys, chosen_sizes, chosen_offsets,
-                                        cq, lo, hi)
+                                        cq, lo, hi, codes)
         S = GetMessageStatus
         status = S.FOUND if count else (S.MESSAGE_WAS_REMOVING if removing else S.NO_MATCHED_MESSAGE)
         return self.answer(status, offset + scanned, lo, hi, chunks, count, chosen_sizes,
                            chosen_offsets)
 
-    def _cut_before(self, damaged, chunks, phys, sizes, offsets, cq, lo, hi):
+    def _cut_before(self, damaged, chunks, phys, sizes, offsets, cq, lo, hi, codes):
         """The answer of a pull whose record number `i` (of those chosen) is damaged: the
         records before it, FOUND, the next pull starting at it. When it is the first, its
         record looked for in the CommitLog (`core.read.rederive`): found intact, the entry was
@@ -190,33 +190,35 @@ class StoreReader:
         if i:
             kept = chunks[:chunk_i] + ([chunks[chunk_i][:cut]] if cut else [])
             return self.answer(GetMessageStatus.FOUND, offsets[i], lo, hi, kept, i, sizes, offsets)
-        rederived = self._rederive(cq, offsets[0], phys[0], why, lo, hi)
+        rederived = self._rederive(cq, offsets[0], phys[0], why, lo, hi, codes)
         if rederived is not None:
             return rederived
         reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offsets[0]}", phys[0], why)
         return self.answer(GetMessageStatus.MESSAGE_DAMAGED, offsets[0] + 1, lo, hi, [], 0, sizes,
                            offsets, reason)
 
-    def _suspect_first(self, cq, offset, why, lo, hi):
+    def _suspect_first(self, cq, offset, why, past_end, lo, hi, codes):
         """The answer of a pull whose first entry names no readable record: its record found
-        in the CommitLog (`_rederive`); else, past the log's end of a reader whose log view
-        may trail the queues (`log_leads_queues` false), nothing yet (the next pull starts at
-        it again); else MESSAGE_DAMAGED, the next pull starting after it."""
+        in the CommitLog (`_rederive`); else, when it would end `past_end` of a reader whose log
+        view may trail the queues (`log_leads_queues` false), nothing yet (the next pull starts
+        at it again); else MESSAGE_DAMAGED, the next pull starting after it."""
         phys = ENTRY.unpack(cq.get_entries(offset, 1) or bytes(UNIT_SIZE))[0]
-        rederived = self._rederive(cq, offset, phys, why, lo, hi)
+        rederived = self._rederive(cq, offset, phys, why, lo, hi, codes)
         if rederived is not None:
             return rederived
-        if why.endswith("past the log's end") and not self.log_leads_queues:
+        if past_end and not self.log_leads_queues:
             return self.answer(GetMessageStatus.NO_MATCHED_MESSAGE, offset, lo, hi, [], 0, [], [])
         reason = self.damage.note(f"{cq.topic}:{cq.queue_id} offset {offset}", phys, why)
         return self.answer(GetMessageStatus.MESSAGE_DAMAGED, offset + 1, lo, hi, [], 0, [], [],
                            reason)
 
-    def _rederive(self, cq, index, phys, why, lo, hi):
+    def _rederive(self, cq, index, phys, why, lo, hi, codes):
         """FOUND with the record of entry `index` when the CommitLog holds it intact
         (`core.read.rederive`; the entry is written again where this process writes the
-        queue); None when it does not. Where it is not written again (a view), the record found
-        is remembered, so that the next pulls of it read it at once instead of walking again."""
+        queue), or NO_MATCHED_MESSAGE past it when its tag code is not among the filter's
+        `codes`; None when the CommitLog does not hold it. Where the entry is not written again
+        (a view), the record found is remembered, so that the next pulls of it read it at once
+        instead of walking again."""
         key = (cq.topic, cq.queue_id, index)
         found = self._rederived.get(key)
         if found is None:
@@ -226,12 +228,15 @@ class StoreReader:
                                             cq.topic.encode(), cq.queue_id, index, self.check_crc):
             self._rederived.pop(key, None)
             return None
-        if len(self._rederived) >= REDERIVED_KEPT:
-            self._rederived.pop(next(iter(self._rederived)))
-        self._rederived[key] = found                 # a view's queue keeps the damaged entry
         repaired = cq.repair_entry(index, found.commit_log_offset, found.msg_size, found.tags_code)
+        if not repaired:                             # a view's queue keeps the damaged entry
+            if len(self._rederived) >= REDERIVED_KEPT:
+                self._rederived.pop(next(iter(self._rederived)))
+            self._rederived[key] = found
         self.damage.note_entry(f"{cq.topic}:{cq.queue_id} offset {index}", phys, why,
                                found.commit_log_offset, repaired)
+        if codes is not None and found.tags_code not in codes:
+            return self.answer(GetMessageStatus.NO_MATCHED_MESSAGE, index + 1, lo, hi, [], 0, [], [])
         return self.answer(GetMessageStatus.FOUND, index + 1, lo, hi, [record], 1,
                            [found.msg_size], [index])
 

@@ -33,7 +33,7 @@ def pull_all(s, topic="T", qid=0, tag=None):
     while True:
         r = s.get_message("g", topic, qid, offset, 7, tag)
         statuses.append(r.status)
-        if r.status not in (S.FOUND, S.MESSAGE_DAMAGED):
+        if r.status not in (S.FOUND, S.MESSAGE_DAMAGED) and r.next_begin_offset <= offset:
             return out, statuses
         out += [bytes(b) for b in r.buffers]
         offset = r.next_begin_offset
@@ -141,3 +141,21 @@ def test_a_reader_over_views_remembers_the_record_it_found(tmp_path, monkeypatch
     for _ in range(3):
         assert answer(ours.pull(cq, 3, 1, None)) == want
     assert len(walks) == 1 and ours.damage.entries == 3
+
+
+def test_a_tag_filtered_pull_serves_the_rederived_record_only_when_its_tag_matches(store):
+    """T:0's entry 4 holds tag A (message 12). Its offset damaged: a pull filtered by A serves
+    its record. Its tag code damaged too, into B's: a pull filtered by B re-derives the entry,
+    finds the record's tag is A and goes past it without serving it."""
+    want = [m for m in pull_all(store, tag="A")[0]]
+    path = entry_path(store)
+    flip(path, 4 * UNIT_SIZE + 7, 4)                        # offset +-16
+    got, statuses = pull_all(store, tag="A")
+    assert got == want and S.MESSAGE_DAMAGED not in statuses
+    b_before = pull_all(store, tag="B")[0]
+    flip(path, 4 * UNIT_SIZE + 7, 4)                        # again (it was written again) ...
+    with open(path, "r+b") as f:                            # ... and the tag code into B's (66)
+        f.seek(4 * UNIT_SIZE + 12)
+        f.write((66).to_bytes(8, "big"))
+    got, statuses = pull_all(store, tag="B")
+    assert got == b_before and S.MESSAGE_DAMAGED not in statuses
