@@ -56,6 +56,15 @@ def test_flip_soak(intact, tmp_path):
     assert total["served wrong"] == total["crashes"] == total["lost silently"] == 0
 
 
+@pytest.mark.slow
+def test_flip_soak_at_the_issue_size(tmp_path_factory, tmp_path):
+    """The issue's store: 3,000 messages in many segments, about 750 entries a queue, so most
+    consume-queue entries are older than the load check's tail and left to the pulls."""
+    big = build_store(str(tmp_path_factory.mktemp("big") / "store"), count=3000, spread_at=2000)
+    tally = campaign(big, tmp_path, 120, seed=77)
+    print("\n" + tally.table())
+
+
 PAGE = 4096
 
 
